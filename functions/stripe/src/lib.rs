@@ -1,0 +1,330 @@
+//! Stripe: the `Stripe-Signature` scheme, Stripe's event envelope, and the reference effects
+//! (provision a customer, credit an account, keep subscriptions newest-first).
+#![cfg_attr(
+    not(test),
+    warn(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+use claimonce::config::{self, ConfigError};
+use claimonce::verify::timestamp_v1::TimestampV1;
+use claimonce::verify::{Verified, Verify, split_secrets};
+use claimonce::{Applied, Param, Parsed, Problem, Provider, Rejection, Transaction, Type};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The header Stripe signs with (lower case, as `http` stores header names).
+pub const SIGNATURE_HEADER: &str = "stripe-signature";
+/// The ledger namespace.
+pub const PROVIDER: &str = "stripe";
+
+/// The Stripe receiver's provider half.
+#[derive(Debug, Clone)]
+pub struct Stripe {
+    verifier: TimestampV1,
+}
+
+impl Stripe {
+    /// A provider that accepts signatures from any of `secrets` within `tolerance` seconds.
+    pub fn new(secrets: &[&str], tolerance: u64) -> Result<Self, ConfigError> {
+        let verifier = TimestampV1::new(SIGNATURE_HEADER, secrets, tolerance)
+            .ok_or_else(|| ConfigError("STRIPE_WEBHOOK_SECRET holds no secret".into()))?;
+        Ok(Self { verifier })
+    }
+
+    /// From `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) and
+    /// `WEBHOOK_TOLERANCE_SECONDS`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let raw = config::required("STRIPE_WEBHOOK_SECRET")?;
+        Self::new(&split_secrets(&raw), config::tolerance_seconds()?)
+    }
+}
+
+/// The events this receiver acts on; every other type is claimed and ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StripeEvent {
+    /// `checkout.session.completed` with a customer: provision it.
+    CheckoutCompleted {
+        /// `data.object.customer`.
+        customer: String,
+        /// `data.object.customer_details.email`.
+        email: Option<String>,
+    },
+    /// `invoice.paid`: credit the customer with `amount_paid`.
+    InvoicePaid {
+        /// `data.object.customer`.
+        customer: String,
+        /// `data.object.amount_paid`, in the currency's smallest unit.
+        amount_paid: i64,
+        /// `data.object.customer_email`, used if the customer is not known yet.
+        email: Option<String>,
+    },
+    /// `customer.subscription.created|updated|deleted`: keep the newest state.
+    Subscription {
+        /// `data.object.id`.
+        id: String,
+        /// `data.object.customer`.
+        customer: Option<String>,
+        /// `data.object.status`.
+        status: String,
+        /// The event's `created` (unix seconds): newer wins.
+        created: i64,
+        /// True for `customer.subscription.deleted`, which also wins a tie.
+        deleted: bool,
+    },
+    /// Any other type, or a known type without what its effect needs.
+    Other,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    id: String,
+    object: &'a str,
+    #[serde(rename = "type")]
+    event_type: String,
+    created: i64,
+    #[serde(borrow)]
+    data: Data<'a>,
+}
+
+#[derive(Deserialize)]
+struct Data<'a> {
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// An id field that Stripe sends as a string, or as an object when expanded.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Expandable {
+    Id(String),
+    Object { id: String },
+}
+
+impl Expandable {
+    fn into_id(self) -> String {
+        match self {
+            Expandable::Id(id) | Expandable::Object { id } => id,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CheckoutSession {
+    customer: Option<Expandable>,
+    customer_details: Option<CustomerDetails>,
+}
+
+#[derive(Deserialize)]
+struct CustomerDetails {
+    email: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Invoice {
+    customer: Option<Expandable>,
+    amount_paid: i64,
+    customer_email: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Subscription {
+    id: String,
+    customer: Option<Expandable>,
+    status: String,
+}
+
+fn invalid(detail: &'static str) -> Rejection {
+    Rejection::new(Problem::InvalidPayload, detail)
+}
+
+/// Reads a Stripe event body (the snapshot event format, `"object": "event"`).
+pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
+    let envelope: Envelope<'_> = serde_json::from_slice(body)
+        .map_err(|_| invalid("the signed body is not a Stripe event"))?;
+    if envelope.object != "event" {
+        return Err(invalid("the signed body is not a Stripe event object"));
+    }
+    let object = envelope.data.object.get();
+    let event = match envelope.event_type.as_str() {
+        "checkout.session.completed" => {
+            let s: CheckoutSession = serde_json::from_str(object)
+                .map_err(|_| invalid("data.object is not a checkout session"))?;
+            match s.customer {
+                Some(customer) => StripeEvent::CheckoutCompleted {
+                    customer: customer.into_id(),
+                    email: s.customer_details.and_then(|d| d.email),
+                },
+                // A guest checkout has no customer to provision.
+                None => StripeEvent::Other,
+            }
+        }
+        "invoice.paid" => {
+            let i: Invoice = serde_json::from_str(object)
+                .map_err(|_| invalid("data.object is not an invoice"))?;
+            match i.customer {
+                Some(customer) => StripeEvent::InvoicePaid {
+                    customer: customer.into_id(),
+                    amount_paid: i.amount_paid,
+                    email: i.customer_email,
+                },
+                None => StripeEvent::Other,
+            }
+        }
+        t @ ("customer.subscription.created"
+        | "customer.subscription.updated"
+        | "customer.subscription.deleted") => {
+            let s: Subscription = serde_json::from_str(object)
+                .map_err(|_| invalid("data.object is not a subscription"))?;
+            StripeEvent::Subscription {
+                id: s.id,
+                customer: s.customer.map(Expandable::into_id),
+                status: s.status,
+                created: envelope.created,
+                deleted: t == "customer.subscription.deleted",
+            }
+        }
+        _ => StripeEvent::Other,
+    };
+    Ok(Parsed {
+        event_id: envelope.id,
+        event_type: envelope.event_type,
+        event,
+    })
+}
+
+const PROVISION: &str = "INSERT INTO customers (stripe_customer_id, email) VALUES ($1, $2) \
+     ON CONFLICT (stripe_customer_id) DO UPDATE \
+     SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now()";
+
+const CREDIT: &str = "INSERT INTO customers (stripe_customer_id, email, credit_balance_cents) \
+     VALUES ($1, $2, $3) \
+     ON CONFLICT (stripe_customer_id) DO UPDATE \
+     SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
+         email = COALESCE(customers.email, EXCLUDED.email), updated_at = now()";
+
+// Newer wins: a stored state is replaced only by a strictly newer event, or on a tie by a
+// deletion (a subscription cannot come back from canceled).
+const KEEP_SUBSCRIPTION: &str = "INSERT INTO subscriptions \
+     (stripe_subscription_id, stripe_customer_id, status, event_created) \
+     VALUES ($1, $2, $3, to_timestamp($4)) \
+     ON CONFLICT (stripe_subscription_id) DO UPDATE \
+     SET stripe_customer_id = EXCLUDED.stripe_customer_id, status = EXCLUDED.status, \
+         event_created = EXCLUDED.event_created, updated_at = now() \
+     WHERE subscriptions.event_created < EXCLUDED.event_created \
+        OR (subscriptions.event_created = EXCLUDED.event_created AND $5)";
+
+/// Queues the effect of `event` on the claim transaction.
+pub fn apply_event(event: &StripeEvent, tx: &mut Transaction) -> Applied {
+    match event {
+        StripeEvent::CheckoutCompleted { customer, email } => tx.execute(
+            PROVISION,
+            vec![
+                Param::new(customer.clone(), Type::TEXT),
+                Param::new(email.clone(), Type::TEXT),
+            ],
+        ),
+        StripeEvent::InvoicePaid {
+            customer,
+            amount_paid,
+            email,
+        } => tx.execute(
+            CREDIT,
+            vec![
+                Param::new(customer.clone(), Type::TEXT),
+                Param::new(email.clone(), Type::TEXT),
+                Param::new(*amount_paid, Type::INT8),
+            ],
+        ),
+        StripeEvent::Subscription {
+            id,
+            customer,
+            status,
+            created,
+            deleted,
+        } => tx.execute(
+            KEEP_SUBSCRIPTION,
+            vec![
+                Param::new(id.clone(), Type::TEXT),
+                Param::new(customer.clone(), Type::TEXT),
+                Param::new(status.clone(), Type::TEXT),
+                Param::new(*created as f64, Type::FLOAT8),
+                Param::new(*deleted, Type::BOOL),
+            ],
+        ),
+        StripeEvent::Other => return Applied::Ignored,
+    }
+    Applied::Processed
+}
+
+impl Provider for Stripe {
+    type Event = StripeEvent;
+
+    fn name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        &self.verifier
+    }
+
+    fn parse(&self, _verified: &Verified, body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
+        parse_event(body)
+    }
+
+    fn apply(&self, event: &StripeEvent, tx: &mut Transaction) -> Applied {
+        apply_event(event, tx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_effects_fields_and_ignores_unknown_ones() {
+        let body = br#"{"id":"evt_1","object":"event","type":"invoice.paid","created":1,
+            "livemode":false,"api_version":"2024-06-20","extra":{"x":1},
+            "data":{"object":{"id":"in_1","object":"invoice","customer":"cus_1",
+            "amount_paid":1500,"customer_email":null,"lines":{"data":[]}}}}"#;
+        let parsed = parse_event(body).expect("valid event");
+        assert_eq!(parsed.event_id, "evt_1");
+        assert_eq!(
+            parsed.event,
+            StripeEvent::InvoicePaid {
+                customer: "cus_1".into(),
+                amount_paid: 1500,
+                email: None
+            }
+        );
+    }
+
+    #[test]
+    fn guest_checkout_and_unknown_types_are_ignored() {
+        let guest = br#"{"id":"evt_2","object":"event","type":"checkout.session.completed",
+            "created":1,"data":{"object":{"customer":null,"customer_details":null}}}"#;
+        assert_eq!(parse_event(guest).expect("valid").event, StripeEvent::Other);
+        let other = br#"{"id":"evt_3","object":"event","type":"charge.refunded","created":1,
+            "data":{"object":{"anything":true}}}"#;
+        assert_eq!(parse_event(other).expect("valid").event, StripeEvent::Other);
+    }
+
+    #[test]
+    fn bodies_that_are_not_events_are_rejected() {
+        for body in [
+            &b"not json"[..],
+            br#"{"hello":"world"}"#,
+            br#"{"id":"x","object":"customer","type":"t","created":1,"data":{"object":{}}}"#,
+            br#"{"id":"x","object":"event","type":"invoice.paid","created":1,"data":{"object":{"customer":"c"}}}"#,
+        ] {
+            assert_eq!(
+                parse_event(body).expect_err("not an event").problem,
+                Problem::InvalidPayload
+            );
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! A private PostgreSQL server for tests and the local run: `initdb` into a directory, started
+//! on a free loopback port, and stopped when the process that started it exits.
+//!
+//! PostgreSQL refuses to run as root, so when we are root the server commands run as the
+//! `postgres` user (created by Debian's postgresql packages).
+
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running private server.
+#[derive(Debug)]
+pub struct Postgres {
+    /// Loopback port it listens on.
+    pub port: u16,
+    /// Its directory (data, socket, log).
+    pub dir: PathBuf,
+}
+
+/// How to start the server.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Extra `-c name=value` settings.
+    pub settings: Vec<(String, String)>,
+    /// Keep the data directory when the process exits (the local run), instead of removing it.
+    pub keep: bool,
+    /// Listen on this port instead of a free one.
+    pub port: Option<u16>,
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// The directory holding `initdb`, `postgres` and `pg_isready`: `PG_BIN` when set, else the
+/// newest `/usr/lib/postgresql/<version>/bin`, else whatever is on `PATH`.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+fn tool(name: &str) -> PathBuf {
+    bin_dir().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
+}
+
+/// Runs `program args` as the server's user.
+fn server_command(program: &Path, args: &[&str]) -> Command {
+    if running_as_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program).args(args);
+        c
+    } else {
+        let mut c = Command::new(program);
+        c.args(args);
+        c
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn check(status: io::Result<std::process::Output>, what: &str) -> io::Result<()> {
+    let output = status.map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{what}: {e} (are the PostgreSQL server binaries installed? set PG_BIN)"),
+        )
+    })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+impl Postgres {
+    /// Initialises (if needed) and starts a server in `dir`, and waits until it accepts
+    /// connections. User `postgres`, trust authentication, loopback only.
+    pub fn start(dir: &Path, options: &Options) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        let data = dir.join("data");
+        let root = running_as_root();
+        if root {
+            check(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(&dir)
+                    .output(),
+                "chown to the postgres user",
+            )?;
+        }
+        if !data.join("PG_VERSION").exists() {
+            let data_arg = data.to_string_lossy().into_owned();
+            check(
+                server_command(
+                    &tool("initdb"),
+                    &[
+                        "-D",
+                        &data_arg,
+                        "-U",
+                        "postgres",
+                        "--auth=trust",
+                        "-E",
+                        "UTF8",
+                        "--no-locale",
+                        "--no-sync",
+                    ],
+                )
+                .output(),
+                "initdb",
+            )?;
+        }
+        let port = match options.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let mut args = vec![
+            "-D".to_owned(),
+            data.to_string_lossy().into_owned(),
+            "-p".to_owned(),
+            port.to_string(),
+            "-k".to_owned(),
+            dir.to_string_lossy().into_owned(),
+            "-c".to_owned(),
+            "listen_addresses=127.0.0.1".to_owned(),
+            "-c".to_owned(),
+            "max_connections=200".to_owned(),
+        ];
+        for (name, value) in &options.settings {
+            args.push("-c".to_owned());
+            args.push(format!("{name}={value}"));
+        }
+        let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+        let cleanup = if options.keep {
+            String::new()
+        } else {
+            format!("rm -rf {}", shell_quote(&dir.to_string_lossy()))
+        };
+        // The watchdog stops the server (fast shutdown) once the process that started it is
+        // gone, however it ended, so no server outlives its test run.
+        let script = format!(
+            "{postgres} {args} >{log} 2>&1 & pg=$!\n\
+             while [ -d /proc/{parent} ] && kill -0 $pg 2>/dev/null; do sleep 0.2; done\n\
+             kill -INT $pg 2>/dev/null; wait $pg; {cleanup}",
+            postgres = shell_quote(&tool("postgres").to_string_lossy()),
+            args = quoted.join(" "),
+            log = shell_quote(&dir.join("server.log").to_string_lossy()),
+            parent = std::process::id(),
+        );
+        let mut watchdog = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", "sh", "-c", &script]);
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args(["-c", &script]);
+            c
+        };
+        watchdog
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let server = Self { port, dir };
+        server.wait_ready(Duration::from_secs(30))?;
+        Ok(server)
+    }
+
+    fn wait_ready(&self, limit: Duration) -> io::Result<()> {
+        let started = Instant::now();
+        loop {
+            let ready = Command::new(tool("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "PostgreSQL did not start within {limit:?}: {log}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A `postgres://` URL for database `db` as user `postgres`, plain TCP on loopback.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}

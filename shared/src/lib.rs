@@ -1,0 +1,29 @@
+//! claimonce: exactly-once webhook processing for AWS Lambda.
+//!
+//! A provider crate supplies a [`Provider`] (how to verify, how to read an event, what each
+//! event does); this crate owns everything else: the raw-body verification schemes, the
+//! claim-then-mutate transaction, the response policy, the connection and the logs.
+#![cfg_attr(
+    not(test),
+    warn(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+pub mod config;
+pub mod db;
+pub mod log;
+pub mod migrate;
+pub mod pipeline;
+pub mod receiver;
+pub mod response;
+pub mod verify;
+
+pub use pipeline::{Applied, Param, Transaction};
+pub use receiver::{Limits, Parsed, Provider, Receiver, run_from_env, serve};
+pub use response::{Disposition, Problem, Rejection};
+/// PostgreSQL parameter types, for [`Param::new`].
+pub use tokio_postgres::types::Type;

@@ -1,0 +1,53 @@
+//! Structured logging: one JSON object per line on stdout, which CloudWatch Logs indexes as is.
+//! Callers pass only fields that are safe to keep: never a secret, a signature or a body.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+
+type Sink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Where log lines go: stdout in a function, memory in a test.
+#[derive(Clone)]
+pub struct Log {
+    sink: Sink,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Log")
+    }
+}
+
+/// Lines kept by [`Log::capture`].
+pub type Captured = Arc<Mutex<Vec<String>>>;
+
+impl Log {
+    /// Writes each line to stdout.
+    pub fn stdout() -> Self {
+        Self {
+            sink: Arc::new(|line| println!("{line}")),
+        }
+    }
+
+    /// Keeps every line in memory, for tests that read what was logged.
+    pub fn capture() -> (Self, Captured) {
+        let lines = Captured::default();
+        let kept = Arc::clone(&lines);
+        let sink: Sink = Arc::new(move |line| {
+            if let Ok(mut lines) = kept.lock() {
+                lines.push(line.to_owned());
+            }
+        });
+        (Self { sink }, lines)
+    }
+
+    /// Writes one line with `level`, `message` and the given fields.
+    pub fn write(&self, level: &str, message: &str, fields: Map<String, Value>) {
+        let mut line = Map::with_capacity(fields.len() + 2);
+        line.insert("level".into(), level.into());
+        line.insert("message".into(), message.into());
+        line.extend(fields);
+        (self.sink)(&Value::Object(line).to_string());
+    }
+}

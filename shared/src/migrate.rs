@@ -1,0 +1,117 @@
+//! A small migration runner for plain SQL files named `V<n>__<name>.sql`.
+//!
+//! Each migration runs in its own transaction together with its row in `schema_migrations`,
+//! so it is applied once or not at all. A recorded migration whose SQL has changed since it
+//! was applied stops the run: the database and the files disagree, and a person must decide.
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+/// One migration file.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// The `<n>` of `V<n>__<name>.sql`.
+    pub version: i32,
+    /// The `<name>` part.
+    pub name: &'static str,
+    /// The file's SQL.
+    pub sql: &'static str,
+}
+
+/// Why the migrations could not be applied.
+#[derive(Debug)]
+pub enum MigrateError {
+    /// A database error while applying `version`.
+    Database {
+        /// The migration that failed, if any had started.
+        version: Option<i32>,
+        /// The error.
+        error: tokio_postgres::Error,
+    },
+    /// The recorded checksum of `version` differs from its file.
+    Changed {
+        /// The migration whose file changed after it was applied.
+        version: i32,
+    },
+}
+
+impl std::fmt::Display for MigrateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MigrateError::Database {
+                version: Some(v),
+                error,
+            } => write!(f, "migration V{v} failed: {error}"),
+            MigrateError::Database {
+                version: None,
+                error,
+            } => write!(f, "migration bookkeeping failed: {error}"),
+            MigrateError::Changed { version } => write!(
+                f,
+                "migration V{version} was changed after it was applied; refusing to continue"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MigrateError {}
+
+const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    sha256 bytea NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())";
+
+/// Applies, in version order, every migration not yet recorded. Returns the versions applied
+/// by this call (empty when the database was already up to date). Concurrent runners are
+/// serialised by a lock on `schema_migrations`.
+pub async fn apply(
+    client: &mut Client,
+    migrations: &[Migration],
+) -> Result<Vec<i32>, MigrateError> {
+    let db = |version| move |error| MigrateError::Database { version, error };
+    client.batch_execute(BOOKKEEPING).await.map_err(db(None))?;
+    let mut sorted = migrations.to_vec();
+    sorted.sort_by_key(|m| m.version);
+    let mut applied = Vec::new();
+    for migration in sorted {
+        let tx = client.transaction().await.map_err(db(None))?;
+        tx.batch_execute("LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE")
+            .await
+            .map_err(db(None))?;
+        let checksum = Sha256::digest(migration.sql).to_vec();
+        let recorded = tx
+            .query_typed(
+                "SELECT sha256 FROM schema_migrations WHERE version = $1",
+                &[(&migration.version, Type::INT4)],
+            )
+            .await
+            .map_err(db(None))?;
+        if let Some(row) = recorded.first() {
+            let stored: Vec<u8> = row.try_get(0).map_err(db(None))?;
+            if stored != checksum {
+                return Err(MigrateError::Changed {
+                    version: migration.version,
+                });
+            }
+            continue;
+        }
+        tx.batch_execute(migration.sql)
+            .await
+            .map_err(db(Some(migration.version)))?;
+        tx.execute_typed(
+            "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)",
+            &[
+                (&migration.version, Type::INT4),
+                (&migration.name, Type::TEXT),
+                (&checksum, Type::BYTEA),
+            ],
+        )
+        .await
+        .map_err(db(Some(migration.version)))?;
+        tx.commit().await.map_err(db(Some(migration.version)))?;
+        applied.push(migration.version);
+    }
+    Ok(applied)
+}

@@ -1,0 +1,265 @@
+//! The one flow every provider shares: read the raw body, verify, parse, claim and apply in one
+//! transaction, answer, and log one line.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use lambda_http::http::Method;
+use lambda_http::{Body, Request, Response};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{self, ConfigError};
+use crate::db::Database;
+use crate::log::Log;
+use crate::pipeline::{Applied, Claim, Finished, Transaction};
+use crate::response::{Disposition, Problem, Rejection};
+use crate::verify::{Verified, Verify};
+
+/// Longest event id accepted as a ledger key.
+pub const MAX_EVENT_ID_LEN: usize = 255;
+
+/// A signed body, parsed: its identity in the ledger and the provider's event.
+#[derive(Debug)]
+pub struct Parsed<E> {
+    /// The dedup key within the provider.
+    pub event_id: String,
+    /// The provider's event type, for the ledger and the logs.
+    pub event_type: String,
+    /// Whatever the provider's effect needs.
+    pub event: E,
+}
+
+/// What a provider contributes: how to verify, how to read the event, what the event does.
+pub trait Provider: Send + Sync + 'static {
+    /// The provider's event, as its effect needs it.
+    type Event: Send + Sync;
+
+    /// The ledger namespace (`processed_events.provider`).
+    fn name(&self) -> &'static str;
+
+    /// The configured signature verifier.
+    fn verifier(&self) -> &dyn Verify;
+
+    /// Reads a verified body. `verified` carries what the signed headers said.
+    fn parse(&self, verified: &Verified, body: &[u8]) -> Result<Parsed<Self::Event>, Rejection>;
+
+    /// Queues the event's effect on the claim transaction.
+    fn apply(&self, event: &Self::Event, tx: &mut Transaction) -> Applied;
+}
+
+/// Limits on what is accepted before any work is done.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest body accepted, in bytes (`MAX_BODY_BYTES`, default 1 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Limits {
+    /// From the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let max = config::number("MAX_BODY_BYTES", 1 << 20)?;
+        Ok(Self {
+            max_body_bytes: usize::try_from(max).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One provider's receiver in one execution environment: the provider, the connection it
+/// reuses, its limits and its log.
+#[derive(Debug)]
+pub struct Receiver<P> {
+    provider: P,
+    database: Database,
+    limits: Limits,
+    log: Log,
+}
+
+struct Delivery {
+    event_id: Option<String>,
+    event_type: Option<String>,
+    disposition: Disposition,
+    error: Option<String>,
+}
+
+impl Delivery {
+    fn rejected(rejection: Rejection) -> Self {
+        Self {
+            event_id: None,
+            event_type: None,
+            disposition: Disposition::Rejected(rejection),
+            error: None,
+        }
+    }
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Assembles a receiver.
+    pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
+        Self {
+            provider,
+            database,
+            limits,
+            log,
+        }
+    }
+
+    /// Connects now, at cold start. A failure is logged; the first delivery retries.
+    pub async fn warm_up(&self) {
+        if let Err(e) = self.database.warm_up().await {
+            let mut fields = Map::new();
+            fields.insert("provider".into(), self.provider.name().into());
+            fields.insert("error".into(), e.to_string().into());
+            self.log
+                .write("warn", "database not reachable at cold start", fields);
+        }
+    }
+
+    /// Handles one request and always answers: it never panics and never fails.
+    pub async fn handle(&self, request: Request) -> Response<Body> {
+        let started = Instant::now();
+        let delivery = self.deliver(&request).await;
+        let mut fields = Map::new();
+        fields.insert("provider".into(), self.provider.name().into());
+        if let Some(id) = delivery.event_id {
+            fields.insert("event_id".into(), id.into());
+        }
+        if let Some(t) = delivery.event_type {
+            fields.insert("event_type".into(), t.into());
+        }
+        fields.insert("disposition".into(), delivery.disposition.name().into());
+        let status = delivery.disposition.status().as_u16();
+        fields.insert("status".into(), status.into());
+        if let Disposition::Rejected(r) = &delivery.disposition {
+            fields.insert("problem".into(), r.problem.slug().into());
+        }
+        if let Some(error) = delivery.error {
+            fields.insert("error".into(), error.into());
+        }
+        let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        fields.insert("latency_ms".into(), Value::from(latency_us as f64 / 1000.0));
+        let level = match delivery.disposition {
+            Disposition::Error => "error",
+            _ => "info",
+        };
+        self.log.write(level, "delivery", fields);
+        delivery.disposition.into_response()
+    }
+
+    async fn deliver(&self, request: &Request) -> Delivery {
+        if request.method() != Method::POST {
+            return Delivery::rejected(Rejection::new(
+                Problem::MethodNotAllowed,
+                "webhooks are delivered with POST",
+            ));
+        }
+        let body: &[u8] = request.body();
+        if body.len() > self.limits.max_body_bytes {
+            return Delivery::rejected(Rejection::new(
+                Problem::PayloadTooLarge,
+                "the body is larger than this receiver accepts",
+            ));
+        }
+        let verified = match self
+            .provider
+            .verifier()
+            .verify(request.headers(), body, unix_now())
+        {
+            Ok(v) => v,
+            Err(r) => return Delivery::rejected(r),
+        };
+        let parsed = match self.provider.parse(&verified, body) {
+            Ok(p) => p,
+            Err(r) => return Delivery::rejected(r),
+        };
+        if parsed.event_id.is_empty() || parsed.event_id.len() > MAX_EVENT_ID_LEN {
+            return Delivery::rejected(Rejection::new(
+                Problem::InvalidPayload,
+                "the event id is empty or too long",
+            ));
+        }
+        let claim = Claim {
+            provider: self.provider.name(),
+            event_id: &parsed.event_id,
+            event_type: &parsed.event_type,
+            payload_sha256: Sha256::digest(body).into(),
+        };
+        let outcome = self
+            .database
+            .deliver(&claim, |tx| self.provider.apply(&parsed.event, tx))
+            .await;
+        let (disposition, error) = match outcome {
+            Ok(Finished::Won(Applied::Processed)) => (Disposition::Processed, None),
+            Ok(Finished::Won(Applied::Ignored)) => (Disposition::Ignored, None),
+            Ok(Finished::Lost { stored_sha256 }) => {
+                if stored_sha256.is_some_and(|h| h.as_slice() != claim.payload_sha256.as_slice()) {
+                    let mut fields = Map::new();
+                    fields.insert("provider".into(), claim.provider.into());
+                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
+                    self.log.write(
+                        "warn",
+                        "duplicate event id with a different payload; the first one was kept",
+                        fields,
+                    );
+                }
+                (Disposition::Duplicate, None)
+            }
+            Err(e) => (Disposition::Error, Some(e.summary())),
+        };
+        Delivery {
+            event_id: Some(parsed.event_id),
+            event_type: Some(parsed.event_type),
+            disposition,
+            error,
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Runs a receiver as a Lambda function behind API Gateway (HTTP API v2 or REST v1 events).
+pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_http::Error> {
+    receiver.warm_up().await;
+    let receiver = &receiver;
+    lambda_http::run(lambda_http::service_fn(
+        move |request: Request| async move {
+            Ok::<_, lambda_http::Error>(receiver.handle(request).await)
+        },
+    ))
+    .await
+}
+
+/// The whole of a provider function's `main`: build the provider and the receiver from the
+/// environment, connect, and serve. A configuration error is logged as one line (naming the
+/// variable, never its value) and ends the process before it takes any request.
+pub async fn run_from_env<P: Provider>(
+    provider: impl FnOnce() -> Result<P, ConfigError>,
+) -> Result<(), lambda_http::Error> {
+    let log = Log::stdout();
+    let built = (|| {
+        Ok::<_, ConfigError>(Receiver::new(
+            provider()?,
+            Database::new(crate::db::Settings::from_env()?),
+            Limits::from_env()?,
+            log.clone(),
+        ))
+    })();
+    match built {
+        Ok(receiver) => serve(receiver).await,
+        Err(e) => {
+            log.write("error", &e.to_string(), Map::new());
+            Err(e.into())
+        }
+    }
+}

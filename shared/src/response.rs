@@ -1,0 +1,164 @@
+//! The response policy, in one place: every delivery ends as a [`Disposition`], and each
+//! disposition has exactly one status code and body.
+//!
+//! 200 for processed, duplicate and ignored; 400 (RFC 9457 `application/problem+json`) for a
+//! request that can never succeed; 500 with a generic body for a failure on our side.
+
+use lambda_http::Body;
+use lambda_http::http::{Response, StatusCode, header};
+use serde_json::json;
+
+/// Why a request was refused. Every variant is a request that can never succeed as sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// No signature header (or not all the headers the scheme needs).
+    MissingSignature,
+    /// A signature header that cannot be parsed.
+    MalformedSignature,
+    /// A well-formed signature that no configured secret produced.
+    SignatureMismatch,
+    /// A valid signature whose timestamp is outside the tolerance window.
+    StaleTimestamp,
+    /// A correctly signed body that is not an event of this provider.
+    InvalidPayload,
+    /// A request body that could not be read (bad base64 transfer encoding).
+    UnreadableBody,
+    /// A body larger than the stated limit.
+    PayloadTooLarge,
+    /// Any method but POST.
+    MethodNotAllowed,
+}
+
+impl Problem {
+    /// The HTTP status this problem is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Problem::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// A stable, machine-readable name (also the last segment of the problem type URI).
+    pub fn slug(self) -> &'static str {
+        match self {
+            Problem::MissingSignature => "missing-signature",
+            Problem::MalformedSignature => "malformed-signature",
+            Problem::SignatureMismatch => "signature-mismatch",
+            Problem::StaleTimestamp => "stale-timestamp",
+            Problem::InvalidPayload => "invalid-payload",
+            Problem::UnreadableBody => "unreadable-body",
+            Problem::PayloadTooLarge => "payload-too-large",
+            Problem::MethodNotAllowed => "method-not-allowed",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Problem::MissingSignature => "Missing webhook signature",
+            Problem::MalformedSignature => "Malformed webhook signature",
+            Problem::SignatureMismatch => "Webhook signature does not match",
+            Problem::StaleTimestamp => "Webhook timestamp outside tolerance",
+            Problem::InvalidPayload => "Signed body is not a valid event",
+            Problem::UnreadableBody => "Request body could not be read",
+            Problem::PayloadTooLarge => "Request body too large",
+            Problem::MethodNotAllowed => "Method not allowed",
+        }
+    }
+}
+
+/// A refused request: the problem and a fixed, specific detail. The detail is always a
+/// static sentence so that no header, signature or body byte can leak into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// What kind of problem.
+    pub problem: Problem,
+    /// One sentence for the sender's operator.
+    pub detail: &'static str,
+}
+
+impl Rejection {
+    /// A rejection with its detail sentence.
+    pub fn new(problem: Problem, detail: &'static str) -> Self {
+        Self { problem, detail }
+    }
+}
+
+/// How a delivery ended. Each one is logged with this name and answered with one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// The claim was won and the effect committed with it.
+    Processed,
+    /// The event was claimed before; nothing was applied.
+    Duplicate,
+    /// Claimed, but this event type has no effect.
+    Ignored,
+    /// Refused before any database work.
+    Rejected(Rejection),
+    /// A failure on our side; the transaction rolled back and the sender will retry.
+    Error,
+}
+
+impl Disposition {
+    /// The name used in logs, metrics and the 200 body.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Disposition::Processed => "processed",
+            Disposition::Duplicate => "duplicate",
+            Disposition::Ignored => "ignored",
+            Disposition::Rejected(_) => "rejected",
+            Disposition::Error => "error",
+        }
+    }
+
+    /// The HTTP status for this disposition.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => {
+                StatusCode::OK
+            }
+            Disposition::Rejected(r) => r.problem.status(),
+            Disposition::Error => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The full HTTP response for this disposition.
+    pub fn into_response(self) -> Response<Body> {
+        let status = self.status();
+        let (content_type, body) = match &self {
+            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => {
+                ("application/json", json!({ "disposition": self.name() }))
+            }
+            Disposition::Rejected(r) => (
+                "application/problem+json",
+                json!({
+                    "type": format!("https://claimonce.dev/problems/{}", r.problem.slug()),
+                    "title": r.problem.title(),
+                    "status": status.as_u16(),
+                    "detail": r.detail,
+                }),
+            ),
+            Disposition::Error => (
+                "application/problem+json",
+                json!({
+                    "type": "about:blank",
+                    "title": "Internal Server Error",
+                    "status": 500,
+                    "detail": "The event was not applied; the delivery can be retried.",
+                }),
+            ),
+        };
+        let mut response = Response::new(Body::Text(body.to_string()));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(content_type),
+        );
+        if matches!(self, Disposition::Rejected(ref r) if r.problem == Problem::MethodNotAllowed) {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+        }
+        response
+    }
+}

@@ -1,0 +1,303 @@
+//! The `t=<unix>,v1=<hex>` scheme: HMAC-SHA256 keyed with the whole secret string over
+//! `{t}.{raw body}`, lower-case hex, any `v1` may match, other schemes (`v0`, ...) ignored.
+
+use hmac::Mac;
+use http::HeaderMap;
+
+use super::{SigningKeys, Verified, Verify, keyed_mac, reject, within_tolerance};
+use crate::response::{Problem, Rejection};
+
+/// Longest header we look at. Real headers carry a timestamp and two or three signatures; a
+/// larger one is malformed, and refusing it bounds the work an attacker can ask for.
+const MAX_HEADER_LEN: usize = 4096;
+/// At most this many `v1` candidates are compared (rotation needs two).
+const MAX_SIGNATURES: usize = 8;
+
+/// Verifier for a `t=…,v1=…` signature header.
+#[derive(Debug, Clone)]
+pub struct TimestampV1 {
+    header: &'static str,
+    keys: SigningKeys,
+    tolerance: u64,
+}
+
+impl TimestampV1 {
+    /// `header` is the lower-case header name; each secret string is used whole as the key.
+    pub fn new(header: &'static str, secrets: &[&str], tolerance: u64) -> Option<Self> {
+        let keys = SigningKeys::new(secrets.iter().map(|s| s.as_bytes().to_vec()).collect())?;
+        Some(Self {
+            header,
+            keys,
+            tolerance,
+        })
+    }
+}
+
+/// A parsed header: the signed timestamp and the `v1` digests.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The `t=` value.
+    pub timestamp: u64,
+    /// Every well-formed `v1=` value, decoded.
+    pub signatures: Vec<[u8; 32]>,
+}
+
+/// Parses the header value. Unknown schemes are skipped; a missing or repeated `t`, or no
+/// usable `v1`, is malformed.
+pub fn parse_header(value: &str) -> Result<Header, Rejection> {
+    if value.len() > MAX_HEADER_LEN {
+        return Err(reject(
+            Problem::MalformedSignature,
+            "signature header is too long",
+        ));
+    }
+    let mut timestamp = None;
+    let mut signatures = Vec::new();
+    for item in value.split(',') {
+        let Some((key, val)) = item.trim().split_once('=') else {
+            continue;
+        };
+        match key {
+            "t" => {
+                if timestamp.is_some() {
+                    return Err(reject(
+                        Problem::MalformedSignature,
+                        "signature header has more than one timestamp",
+                    ));
+                }
+                let t = val.parse::<u64>().map_err(|_| {
+                    reject(
+                        Problem::MalformedSignature,
+                        "signature timestamp is not an integer",
+                    )
+                })?;
+                timestamp = Some(t);
+            }
+            "v1" if signatures.len() < MAX_SIGNATURES => {
+                // A candidate that is not 64 lower-case hex digits can never match; skip it.
+                if let Some(sig) = decode_lower_hex(val) {
+                    signatures.push(sig);
+                }
+            }
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or_else(|| {
+        reject(
+            Problem::MalformedSignature,
+            "signature header has no timestamp",
+        )
+    })?;
+    if signatures.is_empty() {
+        return Err(reject(
+            Problem::MalformedSignature,
+            "signature header has no v1 signature",
+        ));
+    }
+    Ok(Header {
+        timestamp,
+        signatures,
+    })
+}
+
+/// Computes the lower-case hex `v1` signature of `body` at `timestamp` with `secret`.
+pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
+    let tag = keyed_mac(
+        secret.as_bytes(),
+        &[timestamp.to_string().as_bytes(), b".", body],
+    )
+    .finalize()
+    .into_bytes();
+    tag.iter().fold(String::with_capacity(64), |mut out, byte| {
+        use std::fmt::Write;
+        let _ = write!(out, "{byte:02x}");
+        out
+    })
+}
+
+fn decode_lower_hex(s: &str) -> Option<[u8; 32]> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+        let [hi, lo] = pair else { return None };
+        *slot = (nibble(*hi)? << 4) | nibble(*lo)?;
+    }
+    Some(out)
+}
+
+impl Verify for TimestampV1 {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
+        let mut values = headers.get_all(self.header).iter();
+        let value = values
+            .next()
+            .ok_or_else(|| reject(Problem::MissingSignature, "signature header is missing"))?;
+        if values.next().is_some() {
+            return Err(reject(
+                Problem::MalformedSignature,
+                "signature header appears more than once",
+            ));
+        }
+        let value = value
+            .to_str()
+            .map_err(|_| reject(Problem::MalformedSignature, "signature header is not ASCII"))?;
+        let header = parse_header(value)?;
+        let timestamp = header.timestamp.to_string();
+        // The body is hashed once per secret; each candidate is then a constant-time compare.
+        let matched = self.keys.iter().any(|key| {
+            let mac = keyed_mac(key, &[timestamp.as_bytes(), b".", body]);
+            header
+                .signatures
+                .iter()
+                .any(|sig| mac.clone().verify_slice(sig).is_ok())
+        });
+        if !matched {
+            return Err(reject(
+                Problem::SignatureMismatch,
+                "no signature matches any configured secret",
+            ));
+        }
+        if !within_tolerance(header.timestamp, now, self.tolerance) {
+            return Err(reject(
+                Problem::StaleTimestamp,
+                "signature timestamp is outside the tolerance window",
+            ));
+        }
+        Ok(Verified { message_id: None })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "whsec_test_secret";
+    const BODY: &[u8] = b"{\n  \"id\": \"evt_test_webhook\",\n  \"object\": \"event\"\n}";
+    // Computed with the provider's own libraries for this secret, timestamp and body.
+    const VECTOR: &str = "4f1cd7feda9826e746b7d482c4badebb657398df1099e1046364f6196a230150";
+    const T: u64 = 1_700_000_000;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-sig", value.parse().expect("header value"));
+        h
+    }
+
+    fn verifier(secrets: &[&str]) -> TimestampV1 {
+        TimestampV1::new("x-sig", secrets, 300).expect("secrets")
+    }
+
+    fn problem(r: Result<Verified, Rejection>) -> Problem {
+        r.expect_err("must be rejected").problem
+    }
+
+    #[test]
+    fn signs_the_fixed_vector() {
+        assert_eq!(sign(SECRET, T, BODY), VECTOR);
+    }
+
+    #[test]
+    fn accepts_the_fixed_vector() {
+        let h = headers(&format!("t={T},v1={VECTOR}"));
+        assert_eq!(
+            verifier(&[SECRET]).verify(&h, BODY, T + 10),
+            Ok(Verified { message_id: None })
+        );
+    }
+
+    #[test]
+    fn any_v1_may_match_and_v0_is_ignored() {
+        let other = "0".repeat(64);
+        let h = headers(&format!(
+            "t={T}, v0={VECTOR}, v1={other}, v1={VECTOR}, x1=zz"
+        ));
+        assert!(verifier(&[SECRET]).verify(&h, BODY, T).is_ok());
+        let only_v0 = headers(&format!("t={T},v0={VECTOR}"));
+        assert_eq!(
+            problem(verifier(&[SECRET]).verify(&only_v0, BODY, T)),
+            Problem::MalformedSignature
+        );
+    }
+
+    #[test]
+    fn any_secret_may_match() {
+        let h = headers(&format!("t={T},v1={VECTOR}"));
+        assert!(verifier(&["whsec_new", SECRET]).verify(&h, BODY, T).is_ok());
+        assert_eq!(
+            problem(verifier(&["whsec_new"]).verify(&h, BODY, T)),
+            Problem::SignatureMismatch
+        );
+    }
+
+    #[test]
+    fn tolerance_applies_in_both_directions() {
+        let h = headers(&format!("t={T},v1={VECTOR}"));
+        let v = verifier(&[SECRET]);
+        assert!(v.verify(&h, BODY, T + 300).is_ok());
+        assert!(v.verify(&h, BODY, T - 300).is_ok());
+        assert_eq!(
+            problem(v.verify(&h, BODY, T + 301)),
+            Problem::StaleTimestamp
+        );
+        assert_eq!(
+            problem(v.verify(&h, BODY, T - 301)),
+            Problem::StaleTimestamp
+        );
+    }
+
+    #[test]
+    fn any_change_to_the_body_is_refused() {
+        let h = headers(&format!("t={T},v1={VECTOR}"));
+        let mut body = BODY.to_vec();
+        body.push(b'\n');
+        assert_eq!(
+            problem(verifier(&[SECRET]).verify(&h, &body, T)),
+            Problem::SignatureMismatch
+        );
+    }
+
+    #[test]
+    fn upper_case_hex_is_not_the_signature() {
+        let h = headers(&format!("t={T},v1={}", VECTOR.to_uppercase()));
+        assert_eq!(
+            problem(verifier(&[SECRET]).verify(&h, BODY, T)),
+            Problem::MalformedSignature
+        );
+    }
+
+    #[test]
+    fn malformed_headers_are_specific_rejections() {
+        let v = verifier(&[SECRET]);
+        let cases = [
+            (format!("v1={VECTOR}"), Problem::MalformedSignature),
+            (format!("t=abc,v1={VECTOR}"), Problem::MalformedSignature),
+            (
+                format!("t={T},t={T},v1={VECTOR}"),
+                Problem::MalformedSignature,
+            ),
+            (format!("t={T}"), Problem::MalformedSignature),
+            (",,,=,=".to_string(), Problem::MalformedSignature),
+            ("x".repeat(5000), Problem::MalformedSignature),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(
+                problem(v.verify(&headers(&value), BODY, T)),
+                expected,
+                "{value:.40}"
+            );
+        }
+        assert_eq!(
+            problem(v.verify(&HeaderMap::new(), BODY, T)),
+            Problem::MissingSignature
+        );
+    }
+}

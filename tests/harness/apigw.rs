@@ -1,0 +1,128 @@
+//! API Gateway events as API Gateway sends them, turned into `lambda_http` requests the way
+//! the Lambda runtime does, and helpers to read the responses.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use lambda_http::{Body, Request, Response};
+use serde_json::{Map, Value, json};
+
+/// The body as the event carries it: text, or base64 with `isBase64Encoded`.
+fn event_body(body: &[u8], base64: bool) -> (Value, bool) {
+    if base64 {
+        (Value::String(STANDARD.encode(body)), true)
+    } else {
+        (
+            Value::String(String::from_utf8(body.to_vec()).expect("text body")),
+            false,
+        )
+    }
+}
+
+fn header_map(headers: &[(&str, &str)]) -> Map<String, Value> {
+    headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect()
+}
+
+/// An HTTP API (payload format 2.0) event.
+pub fn v2_event(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    base64: bool,
+) -> Value {
+    let (body, encoded) = event_body(body, base64);
+    json!({
+        "version": "2.0",
+        "routeKey": format!("{method} {path}"),
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": header_map(headers),
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc123",
+            "domainName": "abc123.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "abc123",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "203.0.113.10",
+                "userAgent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
+            },
+            "requestId": "req-1",
+            "routeKey": format!("{method} {path}"),
+            "stage": "$default",
+            "time": "29/Nov/2026:19:00:00 +0000",
+            "timeEpoch": 1_795_978_800_000_u64
+        },
+        "body": body,
+        "isBase64Encoded": encoded
+    })
+}
+
+/// A REST API (payload format 1.0) event.
+pub fn v1_event(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    base64: bool,
+) -> Value {
+    let (body, encoded) = event_body(body, base64);
+    let multi: Map<String, Value> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!([v])))
+        .collect();
+    json!({
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
+        "headers": header_map(headers),
+        "multiValueHeaders": multi,
+        "queryStringParameters": null,
+        "multiValueQueryStringParameters": null,
+        "pathParameters": null,
+        "stageVariables": null,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abc123",
+            "resourceId": "res1",
+            "resourcePath": path,
+            "httpMethod": method,
+            "path": format!("/prod{path}"),
+            "protocol": "HTTP/1.1",
+            "requestId": "req-1",
+            "stage": "prod",
+            "identity": { "sourceIp": "203.0.113.10", "userAgent": "Stripe/1.0" }
+        },
+        "body": body,
+        "isBase64Encoded": encoded
+    })
+}
+
+/// Deserialises an event exactly as the Lambda runtime does.
+pub fn request(event: &Value) -> Request {
+    lambda_http::request::from_str(&event.to_string()).expect("lambda_http accepts the event")
+}
+
+/// A POST through an HTTP API to `path`.
+pub fn post(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Request {
+    request(&v2_event("POST", path, headers, body, false))
+}
+
+/// The response body as JSON.
+pub fn json_body(response: &Response<Body>) -> Value {
+    serde_json::from_slice(response.body()).expect("JSON response body")
+}
+
+/// The response's content type.
+pub fn content_type(response: &Response<Body>) -> &str {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}

@@ -1,0 +1,184 @@
+//! One PostgreSQL server per test process, one database per test.
+//!
+//! Without `DATABASE_URL` the harness starts a private server (initdb into a temp dir, a free
+//! loopback port) that stops when the test process exits. With it, the URL's server is used
+//! and each test gets a database created on it. Either way every test database is a copy of
+//! a template that has the project's migrations applied, so a test starts in milliseconds.
+//! Test databases are not dropped, so a failed test's data can be inspected.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::log::{Captured, Log};
+use claimonce::{Limits, Provider, Receiver};
+use claimonce_local::postgres::{Options, Postgres};
+use tokio::sync::OnceCell;
+use tokio_postgres::{Client, NoTls};
+
+struct Server {
+    /// URL of the maintenance database, ending in the database name.
+    admin_url: String,
+    /// Kept so the private server's handle lives as long as the process.
+    _private: Option<Postgres>,
+    template: String,
+}
+
+static SERVER: OnceCell<Server> = OnceCell::const_new();
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Replaces the database name of a URL (the path segment after the authority).
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{db}?{q}"),
+        None => format!("{base}/{db}"),
+    }
+}
+
+async fn admin(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("connect to the test server");
+    tokio::spawn(connection);
+    client
+}
+
+async fn server() -> &'static Server {
+    SERVER
+        .get_or_init(|| async {
+            let (admin_url, private) = match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.is_empty() => (url, None),
+                _ => {
+                    let dir =
+                        std::env::temp_dir().join(format!("claimonce-test-{}", std::process::id()));
+                    let options = Options {
+                        settings: vec![
+                            ("fsync".into(), "off".into()),
+                            ("synchronous_commit".into(), "off".into()),
+                            ("full_page_writes".into(), "off".into()),
+                        ],
+                        ..Options::default()
+                    };
+                    let pg = tokio::task::spawn_blocking(move || Postgres::start(&dir, &options))
+                        .await
+                        .expect("start task")
+                        .expect("start a private PostgreSQL");
+                    (pg.url("postgres"), Some(pg))
+                }
+            };
+            let template = format!("claimonce_template_{}", std::process::id());
+            let client = admin(&admin_url).await;
+            client
+                .batch_execute(&format!("CREATE DATABASE {template}"))
+                .await
+                .expect("create the template database");
+            let mut tpl = admin(&with_database(&admin_url, &template)).await;
+            claimonce::migrate::apply(&mut tpl, claimonce_local::migrations::ALL)
+                .await
+                .expect("migrations apply to a fresh database");
+            drop(tpl);
+            Server {
+                admin_url,
+                _private: private,
+                template,
+            }
+        })
+        .await
+}
+
+/// A fresh, migrated database for one test.
+#[derive(Debug)]
+pub struct TestDb {
+    /// Its name.
+    pub name: String,
+    /// A URL to it (as the server's superuser).
+    pub url: String,
+}
+
+/// Short bounds, so that tests of failures finish quickly.
+pub fn test_timeouts() -> Timeouts {
+    Timeouts::new(
+        Duration::from_secs(2),
+        Duration::from_secs(5),
+        Duration::from_secs(4),
+        Duration::from_secs(3),
+        Duration::from_secs(5),
+    )
+}
+
+impl TestDb {
+    /// Creates the database from the migrated template.
+    pub async fn new() -> Self {
+        let server = server().await;
+        let name = format!(
+            "claimonce_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let client = admin(&server.admin_url).await;
+        // The template may be briefly busy while another test copies it; retry a few times.
+        let mut attempts = 0;
+        loop {
+            let created = client
+                .batch_execute(&format!(
+                    "CREATE DATABASE {name} TEMPLATE {}",
+                    server.template
+                ))
+                .await;
+            match created {
+                Ok(()) => break,
+                Err(_) if attempts < 50 => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("create test database: {e}"),
+            }
+        }
+        Self {
+            url: with_database(&server.admin_url, &name),
+            name,
+        }
+    }
+
+    /// A plain connection for setting up and checking state.
+    pub async fn client(&self) -> Client {
+        admin(&self.url).await
+    }
+
+    /// Connection settings as a function would build them, with test timeouts.
+    pub fn settings(&self) -> Settings {
+        Settings::from_url(&self.url, None, test_timeouts()).expect("valid test URL")
+    }
+
+    /// A receiver for `provider` with its own connection, like one Lambda execution
+    /// environment, logging into memory.
+    pub fn receiver<P: Provider>(&self, provider: P) -> (Receiver<P>, Captured) {
+        let (log, lines) = Log::capture();
+        let receiver = Receiver::new(
+            provider,
+            Database::new(self.settings()),
+            Limits::default(),
+            log,
+        );
+        (receiver, lines)
+    }
+
+    /// The first column of the first row of `sql`, as i64.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let client = self.client().await;
+        client
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+}

@@ -1,0 +1,209 @@
+//! The connection: bounded waits, reconnecting, and verified TLS.
+
+use std::time::{Duration, Instant};
+
+use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::log::Log;
+use claimonce::{Limits, Receiver};
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{json_body, post};
+use claimonce_tests::db::test_timeouts;
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
+use claimonce_tests::tls::TlsServer;
+use lambda_http::{Body, Response};
+use stripe_webhook::Stripe;
+
+fn stripe() -> Stripe {
+    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
+}
+
+async fn deliver(receiver: &Receiver<Stripe>, id: &str) -> Response<Body> {
+    let body = invoice_paid(id, "cus_conn", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            &body,
+        ))
+        .await
+}
+
+fn short_timeouts() -> Timeouts {
+    Timeouts::new(
+        Duration::from_millis(500),
+        Duration::from_millis(800),
+        Duration::from_millis(500),
+        Duration::from_millis(500),
+        Duration::from_millis(500),
+    )
+}
+
+#[tokio::test]
+async fn an_unresponsive_database_answers_500_within_the_bound() {
+    // Accepts TCP connections and never says a word, like a black-holed endpoint.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let url = format!("postgres://u:secretpw@127.0.0.1:{port}/db?sslmode=disable");
+    let settings = Settings::from_url(&url, None, short_timeouts()).expect("settings");
+    let (log, lines) = Log::capture();
+    let receiver = Receiver::new(stripe(), Database::new(settings), Limits::default(), log);
+    let started = Instant::now();
+    let response = deliver(&receiver, "evt_hang").await;
+    let elapsed = started.elapsed();
+    assert_eq!(response.status().as_u16(), 500);
+    assert_eq!(json_body(&response)["status"], 500);
+    // The connect bound is 500 ms; allow generous slack for a loaded machine, but far less
+    // than a Lambda timeout.
+    assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
+    let logged = lines.lock().expect("logs").join("\n");
+    assert!(logged.contains("connect timed out"), "{logged}");
+    assert!(!logged.contains("secretpw"));
+    drop(silent);
+
+    // Nothing listening at all: refused at once, also a 500.
+    let url = format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable");
+    let settings = Settings::from_url(&url, None, short_timeouts()).expect("settings");
+    let receiver = Receiver::new(
+        stripe(),
+        Database::new(settings),
+        Limits::default(),
+        Log::capture().0,
+    );
+    assert_eq!(
+        deliver(&receiver, "evt_refused").await.status().as_u16(),
+        500
+    );
+}
+
+#[tokio::test]
+async fn a_connection_killed_between_invocations_is_replaced_without_a_500() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    assert_eq!(deliver(&receiver, "evt_k1").await.status().as_u16(), 200);
+    let admin = db.client().await;
+    for round in 0..3 {
+        // As an RDS Proxy idle timeout or a failover would.
+        let killed = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .expect("terminate")
+            .get::<_, i64>(0);
+        assert_eq!(killed, 1, "round {round}");
+        let response = deliver(&receiver, &format!("evt_k{}", round + 2)).await;
+        assert_eq!(response.status().as_u16(), 200, "round {round}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 4);
+}
+
+async fn tls_select(url: &str, ca: Option<&std::path::Path>) -> Result<(), String> {
+    let settings = Settings::from_url(url, ca, test_timeouts()).map_err(|e| e.to_string())?;
+    let client = settings.connect().await.map_err(|e| e.to_string())?;
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if row.get::<_, bool>(0) {
+        Ok(())
+    } else {
+        Err("plain".into())
+    }
+}
+
+#[tokio::test]
+async fn tls_verifies_the_chain_and_the_host_name() {
+    let tls = tokio::task::spawn_blocking(TlsServer::start)
+        .await
+        .expect("start");
+    let right = Some(tls.ca.as_path());
+    // Right CA, right name: verified TLS, for every spelling of "verify".
+    for mode in [
+        None,
+        Some("require"),
+        Some("verify-ca"),
+        Some("verify-full"),
+    ] {
+        assert_eq!(
+            tls_select(&tls.url("localhost", mode), right).await,
+            Ok(()),
+            "{mode:?}"
+        );
+    }
+    // Wrong CA: refused.
+    let wrong = tls_select(&tls.url("localhost", Some("require")), Some(&tls.other_ca)).await;
+    assert!(
+        wrong.as_ref().is_err_and(|e| e.contains("certificate")),
+        "{wrong:?}"
+    );
+    // The public web roots do not trust a private CA either.
+    let public = tls_select(&tls.url("localhost", Some("require")), None).await;
+    assert!(public.is_err(), "{public:?}");
+    // Right CA but a name the certificate does not carry: refused.
+    let wrong_name = tls_select(&tls.url("127.0.0.1", Some("require")), right).await;
+    assert!(
+        wrong_name
+            .as_ref()
+            .is_err_and(|e| e.contains("certificate")),
+        "{wrong_name:?}"
+    );
+    // sslmode=disable is plain text, on purpose.
+    let plain = tls_select(&tls.url("127.0.0.1", Some("disable")), None).await;
+    assert_eq!(plain, Err("plain".into()));
+    // prefer would silently fall back to plain text: refused at start-up.
+    let prefer = tls_select(&tls.url("localhost", Some("prefer")), right).await;
+    assert!(
+        prefer.as_ref().is_err_and(|e| e.contains("sslmode=prefer")),
+        "{prefer:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_over_verified_tls_is_processed() {
+    let tls = tokio::task::spawn_blocking(TlsServer::start)
+        .await
+        .expect("start");
+    let mut admin = Settings::from_url(
+        &tls.url("127.0.0.1", Some("disable")),
+        None,
+        test_timeouts(),
+    )
+    .expect("settings")
+    .connect()
+    .await
+    .expect("connect");
+    claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
+        .await
+        .expect("migrate");
+    let settings = Settings::from_url(
+        &tls.url("localhost", Some("require")),
+        Some(&tls.ca),
+        test_timeouts(),
+    )
+    .expect("settings");
+    let receiver = Receiver::new(
+        stripe(),
+        Database::new(settings),
+        Limits::default(),
+        Log::capture().0,
+    );
+    let response = deliver(&receiver, "evt_tls").await;
+    assert_eq!(response.status().as_u16(), 200);
+    let rows = admin
+        .query_one(
+            "SELECT count(*) FROM processed_events WHERE event_id = 'evt_tls'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get::<_, i64>(0);
+    assert_eq!(rows, 1);
+}

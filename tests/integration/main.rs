@@ -1,0 +1,5 @@
+//! The integration suite: one binary, a module per feature.
+
+mod connection;
+mod migrations;
+mod stripe;

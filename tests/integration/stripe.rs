@@ -1,0 +1,489 @@
+//! The Stripe receiver end to end: API Gateway event → verify → claim → effect → response.
+
+use std::sync::Arc;
+
+use claimonce::Receiver;
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{content_type, json_body, post, request, v1_event, v2_event};
+use claimonce_tests::sign::{
+    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header, subscription,
+};
+use lambda_http::{Body, Response};
+use serde_json::{Value, json};
+use stripe_webhook::Stripe;
+
+const PATH: &str = "/webhooks/stripe";
+
+fn stripe() -> Stripe {
+    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
+}
+
+async fn send(receiver: &Receiver<Stripe>, body: &[u8]) -> Response<Body> {
+    let signature = stripe_header(STRIPE_SECRET, now(), body);
+    receiver
+        .handle(post(
+            PATH,
+            &[
+                ("stripe-signature", &signature),
+                ("content-type", "application/json"),
+            ],
+            body,
+        ))
+        .await
+}
+
+fn disposition(response: &Response<Body>) -> (u16, String) {
+    let body = json_body(response);
+    (
+        response.status().as_u16(),
+        body["disposition"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+async fn ledger_rows(db: &TestDb) -> i64 {
+    db.count("SELECT count(*) FROM processed_events").await
+}
+
+async fn balance(db: &TestDb, customer: &str) -> Option<i64> {
+    db.client()
+        .await
+        .query_opt(
+            "SELECT credit_balance_cents FROM customers WHERE stripe_customer_id = $1",
+            &[&customer],
+        )
+        .await
+        .expect("query")
+        .map(|r| r.get(0))
+}
+
+#[tokio::test]
+async fn a_new_event_is_applied_once_and_its_redelivery_is_a_duplicate() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = checkout_completed("evt_new", "cus_new", "jenny@example.com");
+
+    let first = send(&receiver, &body).await;
+    assert_eq!(disposition(&first), (200, "processed".into()));
+    assert_eq!(content_type(&first), "application/json");
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT email, credit_balance_cents FROM customers WHERE stripe_customer_id = 'cus_new'",
+            &[],
+        )
+        .await
+        .expect("customer provisioned");
+    assert_eq!(
+        row.get::<_, Option<String>>(0).as_deref(),
+        Some("jenny@example.com")
+    );
+    assert_eq!(row.get::<_, i64>(1), 0);
+
+    let again = send(&receiver, &body).await;
+    assert_eq!(disposition(&again), (200, "duplicate".into()));
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 1);
+    assert_eq!(ledger_rows(&db).await, 1);
+    let ledger = db
+        .client()
+        .await
+        .query_one(
+            "SELECT provider, event_id, event_type, length(payload_sha256) FROM processed_events",
+            &[],
+        )
+        .await
+        .expect("ledger row");
+    assert_eq!(ledger.get::<_, String>(0), "stripe");
+    assert_eq!(ledger.get::<_, String>(1), "evt_new");
+    assert_eq!(ledger.get::<_, String>(2), "checkout.session.completed");
+    assert_eq!(ledger.get::<_, i32>(3), 32);
+}
+
+#[tokio::test]
+async fn an_invoice_is_credited_once_however_often_it_arrives() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_inv", "cus_credit", 1250);
+    for expected in ["processed", "duplicate", "duplicate"] {
+        assert_eq!(
+            disposition(&send(&receiver, &body).await),
+            (200, expected.into())
+        );
+    }
+    assert_eq!(balance(&db, "cus_credit").await, Some(1250));
+    let second = invoice_paid("evt_inv2", "cus_credit", 50);
+    assert_eq!(disposition(&send(&receiver, &second).await).1, "processed");
+    assert_eq!(balance(&db, "cus_credit").await, Some(1300));
+}
+
+#[tokio::test]
+async fn twenty_concurrent_environments_credit_an_invoice_once() {
+    let db = TestDb::new().await;
+    let body = Arc::new(invoice_paid("evt_race", "cus_race", 700));
+    // Each task is one Lambda execution environment: its own receiver and connection.
+    let receivers: Vec<_> = (0..20).map(|_| Arc::new(db.receiver(stripe()).0)).collect();
+    for r in &receivers {
+        r.warm_up().await;
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(receivers.len()));
+    let tasks: Vec<_> = receivers
+        .into_iter()
+        .map(|r| {
+            let body = Arc::clone(&body);
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                disposition(&send(&r, &body).await)
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.expect("task"));
+    }
+    assert!(
+        outcomes.iter().all(|(status, _)| *status == 200),
+        "{outcomes:?}"
+    );
+    let processed = outcomes.iter().filter(|(_, d)| d == "processed").count();
+    let duplicate = outcomes.iter().filter(|(_, d)| d == "duplicate").count();
+    assert_eq!((processed, duplicate), (1, 19), "{outcomes:?}");
+    assert_eq!(balance(&db, "cus_race").await, Some(700));
+    assert_eq!(ledger_rows(&db).await, 1);
+}
+
+#[tokio::test]
+async fn a_failing_effect_rolls_back_its_claim_and_the_retry_heals() {
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    // Injected failure: the effect's INSERT violates a constraint.
+    admin
+        .batch_execute(
+            "ALTER TABLE customers ADD CONSTRAINT no_poison CHECK (email <> 'poison@example.com')",
+        )
+        .await
+        .expect("add constraint");
+    let (receiver, logs) = db.receiver(stripe());
+    let body = checkout_completed("evt_fail", "cus_fail", "poison@example.com");
+
+    let failed = send(&receiver, &body).await;
+    assert_eq!(failed.status().as_u16(), 500);
+    assert_eq!(content_type(&failed), "application/problem+json");
+    let text = String::from_utf8(failed.body().to_vec()).expect("utf8");
+    for leak in [
+        "no_poison",
+        "customers",
+        "INSERT",
+        "poison@example.com",
+        "sqlstate",
+    ] {
+        assert!(!text.contains(leak), "500 body leaks {leak}: {text}");
+    }
+    assert_eq!(
+        ledger_rows(&db).await,
+        0,
+        "the claim rolled back with the effect"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+    let logged = logs.lock().expect("logs").join("\n");
+    assert!(logged.contains("\"disposition\":\"error\""), "{logged}");
+    assert!(logged.contains("23514"), "the SQLSTATE is logged: {logged}");
+
+    admin
+        .batch_execute("ALTER TABLE customers DROP CONSTRAINT no_poison")
+        .await
+        .expect("drop constraint");
+    let healed = send(&receiver, &body).await;
+    assert_eq!(disposition(&healed), (200, "processed".into()));
+    assert_eq!(ledger_rows(&db).await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 1);
+}
+
+async fn assert_rejected(
+    receiver: &Receiver<Stripe>,
+    db: &TestDb,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    slug: &str,
+) {
+    let response = receiver.handle(post(PATH, headers, body)).await;
+    assert_eq!(response.status().as_u16(), 400, "{slug}");
+    assert_eq!(content_type(&response), "application/problem+json");
+    let problem = json_body(&response);
+    assert_eq!(problem["status"], 400);
+    assert_eq!(
+        problem["type"],
+        Value::String(format!("https://claimonce.dev/problems/{slug}"))
+    );
+    assert!(problem["title"].is_string() && problem["detail"].is_string());
+    assert_eq!(ledger_rows(db).await, 0, "{slug}: nothing written");
+}
+
+#[tokio::test]
+async fn bad_stale_and_missing_signatures_are_400_and_write_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    let body = invoice_paid("evt_bad", "cus_bad", 100);
+    let t = now();
+    let forged = stripe_header("whsec_attacker", t, &body);
+    let stale = stripe_header(STRIPE_SECRET, t - 301, &body);
+    let future = stripe_header(STRIPE_SECRET, t + 301, &body);
+    let garbage = "t=not-a-number,v1=zz".to_owned();
+    let cases: [(&[(&str, &str)], &str); 6] = [
+        (&[], "missing-signature"),
+        (&[("stripe-signature", &forged)], "signature-mismatch"),
+        (&[("stripe-signature", &stale)], "stale-timestamp"),
+        (&[("stripe-signature", &future)], "stale-timestamp"),
+        (&[("stripe-signature", &garbage)], "malformed-signature"),
+        (&[("stripe-signature", "")], "malformed-signature"),
+    ];
+    for (headers, slug) in cases {
+        assert_rejected(&receiver, &db, headers, &body, slug).await;
+    }
+    let mut other_body = body.clone();
+    other_body.extend_from_slice(b" ");
+    let sig = stripe_header(STRIPE_SECRET, t, &body);
+    assert_rejected(
+        &receiver,
+        &db,
+        &[("stripe-signature", &sig)],
+        &other_body,
+        "signature-mismatch",
+    )
+    .await;
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+    let logged = logs.lock().expect("logs").join("\n");
+    assert_eq!(logged.matches("\"disposition\":\"rejected\"").count(), 7);
+}
+
+#[tokio::test]
+async fn signed_bodies_that_are_not_stripe_events_are_400() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    for (body, slug) in [
+        (&b"{not json"[..], "invalid-payload"),
+        (br#"{"id":"evt_x","object":"charge"}"#, "invalid-payload"),
+        (
+            br#"{"id":"","object":"event","type":"x","created":1,"data":{"object":{}}}"#,
+            "invalid-payload",
+        ),
+    ] {
+        let sig = stripe_header(STRIPE_SECRET, now(), body);
+        assert_rejected(&receiver, &db, &[("stripe-signature", &sig)], body, slug).await;
+    }
+}
+
+#[tokio::test]
+async fn both_secrets_are_accepted_during_a_rotation() {
+    let db = TestDb::new().await;
+    let rotating = Stripe::new(&["whsec_old", "whsec_new"], 300).expect("secrets");
+    let (receiver, _) = db.receiver(rotating);
+    for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
+        let body = invoice_paid(&format!("evt_rot{i}"), "cus_rot", 10);
+        let sig = stripe_header(secret, now(), &body);
+        let response = receiver
+            .handle(post(PATH, &[("stripe-signature", &sig)], &body))
+            .await;
+        assert_eq!(
+            disposition(&response),
+            (200, "processed".into()),
+            "{secret}"
+        );
+    }
+    // Stripe sends one v1 per active secret while it rolls a secret.
+    let body = invoice_paid("evt_rot_both", "cus_rot", 10);
+    let t = now();
+    let both = format!(
+        "t={t},v1={},v1={}",
+        claimonce::verify::timestamp_v1::sign("whsec_unknown", t, &body),
+        claimonce::verify::timestamp_v1::sign("whsec_new", t, &body)
+    );
+    let response = receiver
+        .handle(post(PATH, &[("stripe-signature", &both)], &body))
+        .await;
+    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(balance(&db, "cus_rot").await, Some(30));
+}
+
+#[tokio::test]
+async fn base64_bodies_and_rest_v1_events_verify_on_the_decoded_bytes() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_b64", "cus_b64", 5);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let headers = [("Stripe-Signature", sig.as_str())];
+    let response = receiver
+        .handle(request(&v2_event("POST", PATH, &headers, &body, true)))
+        .await;
+    assert_eq!(disposition(&response), (200, "processed".into()));
+
+    let body = invoice_paid("evt_rest", "cus_b64", 7);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let headers = [("Stripe-Signature", sig.as_str())];
+    let response = receiver
+        .handle(request(&v1_event("POST", PATH, &headers, &body, false)))
+        .await;
+    assert_eq!(disposition(&response), (200, "processed".into()));
+    let body = invoice_paid("evt_rest64", "cus_b64", 11);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let headers = [("Stripe-Signature", sig.as_str())];
+    let response = receiver
+        .handle(request(&v1_event("POST", PATH, &headers, &body, true)))
+        .await;
+    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(balance(&db, "cus_b64").await, Some(23));
+}
+
+#[tokio::test]
+async fn unknown_types_are_claimed_and_ignored() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = stripe_event(
+        "evt_other",
+        "charge.refunded",
+        1,
+        json!({"id": "ch_1", "amount": 5}),
+    );
+    assert_eq!(
+        disposition(&send(&receiver, &body).await),
+        (200, "ignored".into())
+    );
+    assert_eq!(
+        disposition(&send(&receiver, &body).await),
+        (200, "duplicate".into())
+    );
+    assert_eq!(ledger_rows(&db).await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+}
+
+#[tokio::test]
+async fn subscriptions_keep_the_newest_event() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let status = || async {
+        db.client()
+            .await
+            .query_one(
+                "SELECT status, extract(epoch FROM event_created)::bigint FROM subscriptions WHERE stripe_subscription_id = 'sub_1'",
+                &[],
+            )
+            .await
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+            .expect("subscription row")
+    };
+    let updated = subscription("evt_s2", "updated", "sub_1", "active", 2000);
+    assert_eq!(disposition(&send(&receiver, &updated).await).1, "processed");
+    // The older `created` arrives late: claimed, but it must not overwrite.
+    let created = subscription("evt_s1", "created", "sub_1", "incomplete", 1000);
+    assert_eq!(disposition(&send(&receiver, &created).await).1, "processed");
+    assert_eq!(status().await, ("active".into(), 2000));
+    let past_due = subscription("evt_s3", "updated", "sub_1", "past_due", 3000);
+    send(&receiver, &past_due).await;
+    assert_eq!(status().await, ("past_due".into(), 3000));
+    // A same-second tie keeps the stored state, except for a deletion.
+    let tie = subscription("evt_s4", "updated", "sub_1", "active", 3000);
+    send(&receiver, &tie).await;
+    assert_eq!(status().await, ("past_due".into(), 3000));
+    let deleted = subscription("evt_s5", "deleted", "sub_1", "canceled", 3000);
+    send(&receiver, &deleted).await;
+    assert_eq!(status().await, ("canceled".into(), 3000));
+    assert_eq!(ledger_rows(&db).await, 5);
+}
+
+#[tokio::test]
+async fn the_dedup_key_is_provider_and_event_id() {
+    let db = TestDb::new().await;
+    // Another provider already claimed the same id string.
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO processed_events (provider, event_id, event_type) VALUES ('resend', 'evt_shared', 'email.sent')",
+        )
+        .await
+        .expect("seed");
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_shared", "cus_ns", 40);
+    assert_eq!(
+        disposition(&send(&receiver, &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(balance(&db, "cus_ns").await, Some(40));
+    assert_eq!(ledger_rows(&db).await, 2);
+}
+
+#[tokio::test]
+async fn a_duplicate_with_a_different_payload_is_logged_and_still_200() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    send(&receiver, &invoice_paid("evt_same", "cus_p", 1)).await;
+    let changed = invoice_paid("evt_same", "cus_p", 999);
+    assert_eq!(
+        disposition(&send(&receiver, &changed).await),
+        (200, "duplicate".into())
+    );
+    assert_eq!(balance(&db, "cus_p").await, Some(1));
+    let logged = logs.lock().expect("logs").join("\n");
+    assert!(logged.contains("different payload"), "{logged}");
+    // An identical redelivery does not warn.
+    send(&receiver, &invoice_paid("evt_same", "cus_p", 1)).await;
+    let logged = logs.lock().expect("logs").join("\n");
+    assert_eq!(logged.matches("different payload").count(), 1);
+}
+
+#[tokio::test]
+async fn every_delivery_logs_one_line_without_secrets_signatures_or_bodies() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    let body = checkout_completed("evt_log", "cus_log", "private@example.com");
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    receiver
+        .handle(post(PATH, &[("stripe-signature", &sig)], &body))
+        .await;
+    let forged = stripe_header("whsec_other", now(), &body);
+    receiver
+        .handle(post(PATH, &[("stripe-signature", &forged)], &body))
+        .await;
+    let lines = logs.lock().expect("logs").clone();
+    assert_eq!(lines.len(), 2);
+    let first: Value = serde_json::from_str(&lines[0]).expect("JSON line");
+    assert_eq!(first["provider"], "stripe");
+    assert_eq!(first["event_id"], "evt_log");
+    assert_eq!(first["event_type"], "checkout.session.completed");
+    assert_eq!(first["disposition"], "processed");
+    assert!(first["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    let second: Value = serde_json::from_str(&lines[1]).expect("JSON line");
+    assert_eq!(second["disposition"], "rejected");
+    assert_eq!(second["problem"], "signature-mismatch");
+    let all = lines.join("\n");
+    let v1 = sig.split("v1=").nth(1).expect("v1");
+    for secret in [
+        STRIPE_SECRET,
+        v1,
+        "private@example.com",
+        "cus_log",
+        "whsec_other",
+    ] {
+        assert!(!all.contains(secret), "log leaks {secret}");
+    }
+}
+
+#[tokio::test]
+async fn get_is_405_and_an_oversized_body_is_413_before_any_work() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let get = receiver
+        .handle(request(&v2_event("GET", PATH, &[], b"", false)))
+        .await;
+    assert_eq!(get.status().as_u16(), 405);
+    assert_eq!(
+        get.headers().get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
+    let big = vec![b' '; (1 << 20) + 1];
+    let sig = stripe_header(STRIPE_SECRET, now(), &big);
+    let response = receiver
+        .handle(post(PATH, &[("stripe-signature", &sig)], &big))
+        .await;
+    assert_eq!(response.status().as_u16(), 413);
+    assert_eq!(ledger_rows(&db).await, 0);
+}
