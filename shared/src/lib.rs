@@ -3,15 +3,6 @@
 //! A provider crate supplies a [`Provider`] (how to verify, how to read an event, what each
 //! event does); this crate owns everything else: the raw-body verification schemes, the
 //! claim-then-mutate transaction, the response policy, the connection and the logs.
-#![cfg_attr(
-    not(test),
-    warn(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
 
 pub mod config;
 pub mod db;

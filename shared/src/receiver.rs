@@ -44,7 +44,7 @@ pub trait Provider: Send + Sync + 'static {
     fn parse(&self, verified: &Verified, body: &[u8]) -> Result<Parsed<Self::Event>, Rejection>;
 
     /// Queues the event's effect on the claim transaction.
-    fn apply(&self, event: &Self::Event, tx: &mut Transaction) -> Applied;
+    fn apply(&self, event: &Parsed<Self::Event>, tx: &mut Transaction) -> Applied;
 }
 
 /// Limits on what is accepted before any work is done.
@@ -193,7 +193,7 @@ impl<P: Provider> Receiver<P> {
         };
         let outcome = self
             .database
-            .deliver(&claim, |tx| self.provider.apply(&parsed.event, tx))
+            .deliver(&claim, |tx| self.provider.apply(&parsed, tx))
             .await;
         let (disposition, error) = match outcome {
             Ok(Finished::Won(Applied::Processed)) => (Disposition::Processed, None),

@@ -182,3 +182,31 @@ impl TestDb {
             .get(0)
     }
 }
+
+/// Runs `deliver` once per environment, all released together, as simultaneous deliveries to
+/// separate Lambda execution environments would be. Each environment connects first, so the
+/// race is between transactions, not connection set-ups. Results come back in order.
+pub async fn all_at_once<P, F, Fut, T>(environments: Vec<Receiver<P>>, deliver: F) -> Vec<T>
+where
+    P: Provider,
+    F: Fn(std::sync::Arc<Receiver<P>>) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(environments.len()));
+    let mut tasks = Vec::with_capacity(environments.len());
+    for environment in environments {
+        environment.warm_up().await;
+        let delivery = deliver(std::sync::Arc::new(environment));
+        let barrier = std::sync::Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            delivery.await
+        }));
+    }
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await.expect("delivery task"));
+    }
+    results
+}

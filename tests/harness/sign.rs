@@ -89,3 +89,49 @@ pub fn subscription(id: &str, kind: &str, sub: &str, status: &str, created: i64)
         }),
     )
 }
+
+/// The Resend secret the tests configure (the Standard Webhooks specification's example).
+pub const RESEND_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Standard Webhooks headers (`svix-*` or `webhook-*`) signing `body` as message `id` at `t`.
+pub fn svix_headers(
+    prefix: &str,
+    secret: &str,
+    id: &str,
+    t: u64,
+    body: &[u8],
+) -> Vec<(String, String)> {
+    let signature =
+        claimonce::verify::standard_webhooks::sign(secret, id, t, body).expect("valid secret");
+    vec![
+        (format!("{prefix}-id"), id.to_owned()),
+        (format!("{prefix}-timestamp"), t.to_string()),
+        (format!("{prefix}-signature"), signature),
+    ]
+}
+
+/// A Resend `email.*` body as Resend documents it.
+pub fn resend_email(kind: &str, email_id: &str, to: &[&str]) -> Vec<u8> {
+    let mut data = json!({
+        "broadcast_id": null,
+        "created_at": "2026-11-29T10:00:00.000000+00:00",
+        "email_id": email_id,
+        "from": "Acme <onboarding@resend.dev>",
+        "to": to,
+        "subject": "Welcome to Acme",
+        "tags": { "category": "welcome" }
+    });
+    if kind == "bounced" {
+        data["bounce"] = json!({
+            "message": "The recipient's mailbox does not exist.",
+            "subType": "General",
+            "type": "Permanent"
+        });
+    }
+    serde_json::to_vec(&json!({
+        "type": format!("email.{kind}"),
+        "created_at": "2026-11-29T10:00:01.126Z",
+        "data": data
+    }))
+    .expect("serialisable")
+}

@@ -2,4 +2,5 @@
 
 mod connection;
 mod migrations;
+mod resend;
 mod stripe;

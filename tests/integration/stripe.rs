@@ -5,6 +5,7 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{content_type, json_body, post, request, v1_event, v2_event};
+use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
     STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header, subscription,
 };
@@ -120,27 +121,13 @@ async fn an_invoice_is_credited_once_however_often_it_arrives() {
 async fn twenty_concurrent_environments_credit_an_invoice_once() {
     let db = TestDb::new().await;
     let body = Arc::new(invoice_paid("evt_race", "cus_race", 700));
-    // Each task is one Lambda execution environment: its own receiver and connection.
-    let receivers: Vec<_> = (0..20).map(|_| Arc::new(db.receiver(stripe()).0)).collect();
-    for r in &receivers {
-        r.warm_up().await;
-    }
-    let barrier = Arc::new(tokio::sync::Barrier::new(receivers.len()));
-    let tasks: Vec<_> = receivers
-        .into_iter()
-        .map(|r| {
-            let body = Arc::clone(&body);
-            let barrier = Arc::clone(&barrier);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                disposition(&send(&r, &body).await)
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.expect("task"));
-    }
+    // Each is one Lambda execution environment: its own receiver and connection.
+    let environments = (0..20).map(|_| db.receiver(stripe()).0).collect();
+    let outcomes = all_at_once(environments, |r| {
+        let body = Arc::clone(&body);
+        async move { disposition(&send(&r, &body).await) }
+    })
+    .await;
     assert!(
         outcomes.iter().all(|(status, _)| *status == 200),
         "{outcomes:?}"

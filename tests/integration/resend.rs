@@ -1,0 +1,319 @@
+//! The Resend receiver end to end: Standard Webhooks headers, the svix-id as the ledger key,
+//! email events and suppressions.
+
+use std::sync::Arc;
+
+use claimonce::Receiver;
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{content_type, json_body, post};
+use claimonce_tests::db::all_at_once;
+use claimonce_tests::sign::{
+    RESEND_SECRET, STRIPE_SECRET, invoice_paid, now, resend_email, stripe_header, svix_headers,
+};
+use lambda_http::{Body, Response};
+use resend_webhook::Resend;
+use serde_json::json;
+
+const PATH: &str = "/webhooks/resend";
+
+fn resend() -> Resend {
+    Resend::new(&[RESEND_SECRET], 300).expect("secret")
+}
+
+async fn send_as(
+    receiver: &Receiver<Resend>,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Response<Body> {
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    receiver.handle(post(PATH, &headers, body)).await
+}
+
+async fn send(receiver: &Receiver<Resend>, id: &str, body: &[u8]) -> Response<Body> {
+    send_as(
+        receiver,
+        &svix_headers("svix", RESEND_SECRET, id, now(), body),
+        body,
+    )
+    .await
+}
+
+fn outcome(response: &Response<Body>) -> (u16, String) {
+    let body = json_body(response);
+    let name = body["disposition"]
+        .as_str()
+        .or(body["type"].as_str())
+        .unwrap_or("");
+    (
+        response.status().as_u16(),
+        name.rsplit('/').next().unwrap_or("").to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn an_email_event_is_recorded_once_keyed_by_its_svix_id() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let body = resend_email("delivered", "em_1", &["jenny@example.com"]);
+    assert_eq!(
+        outcome(&send(&receiver, "msg_1", &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(
+        outcome(&send(&receiver, "msg_1", &body).await),
+        (200, "duplicate".into())
+    );
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT event_id, email_id, event_type, recipients, occurred_at = '2026-11-29T10:00:01.126Z' FROM email_events",
+            &[],
+        )
+        .await
+        .expect("one email event");
+    assert_eq!(row.get::<_, String>(0), "msg_1");
+    assert_eq!(row.get::<_, String>(1), "em_1");
+    assert_eq!(row.get::<_, String>(2), "email.delivered");
+    assert_eq!(
+        row.get::<_, Vec<String>>(3),
+        vec!["jenny@example.com".to_owned()]
+    );
+    assert!(row.get::<_, bool>(4));
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM processed_events WHERE provider = 'resend' AND event_id = 'msg_1'"
+        )
+        .await,
+        1
+    );
+    // The same body under a new message id is a new event.
+    assert_eq!(
+        outcome(&send(&receiver, "msg_2", &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 2);
+}
+
+#[tokio::test]
+async fn bounces_and_complaints_suppress_every_recipient_keeping_the_first_reason() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let bounce = resend_email("bounced", "em_b", &["A@Example.com", "b@example.com"]);
+    assert_eq!(
+        outcome(&send(&receiver, "msg_b", &bounce).await).1,
+        "processed"
+    );
+    let complaint = resend_email("complained", "em_c", &["b@example.com", "c@example.com"]);
+    assert_eq!(
+        outcome(&send(&receiver, "msg_c", &complaint).await).1,
+        "processed"
+    );
+    let rows = db
+        .client()
+        .await
+        .query(
+            "SELECT email, reason, source_event_id FROM email_suppressions ORDER BY email",
+            &[],
+        )
+        .await
+        .expect("suppressions");
+    let got: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a@example.com".into(), "bounced".into(), "msg_b".into()),
+            ("b@example.com".into(), "bounced".into(), "msg_b".into()),
+            ("c@example.com".into(), "complained".into(), "msg_c".into()),
+        ]
+    );
+    // A delivered event suppresses nobody.
+    let delivered = resend_email("delivered", "em_d", &["d@example.com"]);
+    send(&receiver, "msg_d", &delivered).await;
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 3);
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 3);
+}
+
+#[tokio::test]
+async fn other_event_families_are_claimed_and_ignored() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let body = serde_json::to_vec(&json!({
+        "type": "contact.created",
+        "created_at": "2026-11-29T10:00:00.000Z",
+        "data": { "id": "e169aa45", "audience_id": "78261eea", "email": "x@example.com" }
+    }))
+    .expect("json");
+    assert_eq!(
+        outcome(&send(&receiver, "msg_contact", &body).await),
+        (200, "ignored".into())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 0);
+}
+
+#[tokio::test]
+async fn concurrent_copies_in_separate_environments_apply_once() {
+    let db = TestDb::new().await;
+    let body = Arc::new(resend_email("bounced", "em_race", &["race@example.com"]));
+    let headers = Arc::new(svix_headers(
+        "svix",
+        RESEND_SECRET,
+        "msg_race",
+        now(),
+        &body,
+    ));
+    let environments = (0..12).map(|_| db.receiver(resend()).0).collect();
+    let outcomes = all_at_once(environments, |r| {
+        let (body, headers) = (Arc::clone(&body), Arc::clone(&headers));
+        async move { outcome(&send_as(&r, &headers, &body).await) }
+    })
+    .await;
+    let processed = outcomes.iter().filter(|o| o.1 == "processed").count();
+    assert!(outcomes.iter().all(|o| o.0 == 200), "{outcomes:?}");
+    assert_eq!(processed, 1, "{outcomes:?}");
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 1);
+}
+
+#[tokio::test]
+async fn webhook_prefixed_headers_and_rotated_secrets_are_accepted() {
+    let db = TestDb::new().await;
+    let next = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let (receiver, _) = db.receiver(Resend::new(&[RESEND_SECRET, next], 300).expect("secrets"));
+    let body = resend_email("sent", "em_w", &["w@example.com"]);
+    let webhook = svix_headers("webhook", RESEND_SECRET, "msg_w1", now(), &body);
+    assert_eq!(
+        outcome(&send_as(&receiver, &webhook, &body).await).1,
+        "processed"
+    );
+    let rotated = svix_headers("svix", next, "msg_w2", now(), &body);
+    assert_eq!(
+        outcome(&send_as(&receiver, &rotated, &body).await).1,
+        "processed"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 2);
+}
+
+#[tokio::test]
+async fn bad_stale_future_and_malformed_signatures_are_400_and_write_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let body = resend_email("bounced", "em_x", &["x@example.com"]);
+    let t = now();
+    let good = svix_headers("svix", RESEND_SECRET, "msg_x", t, &body);
+    let with = |name: &str, value: &str| -> Vec<(String, String)> {
+        good.iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    if k == name {
+                        value.to_owned()
+                    } else {
+                        v.clone()
+                    },
+                )
+            })
+            .collect()
+    };
+    let forged = svix_headers(
+        "svix",
+        "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+        "msg_x",
+        t,
+        &body,
+    );
+    let cases = [
+        (
+            svix_headers("svix", RESEND_SECRET, "msg_x", t - 301, &body),
+            "stale-timestamp",
+        ),
+        (
+            svix_headers("svix", RESEND_SECRET, "msg_x", t + 301, &body),
+            "stale-timestamp",
+        ),
+        (forged, "signature-mismatch"),
+        (
+            with("svix-signature", "v1,!!!not-base64!!!"),
+            "malformed-signature",
+        ),
+        (with("svix-signature", "v1"), "malformed-signature"),
+        (with("svix-timestamp", "soon"), "malformed-signature"),
+        (with("svix-id", "msg_other"), "signature-mismatch"),
+        (good[..2].to_vec(), "missing-signature"),
+        (Vec::new(), "missing-signature"),
+    ];
+    for (headers, slug) in cases {
+        let response = send_as(&receiver, &headers, &body).await;
+        assert_eq!(outcome(&response), (400, slug.to_owned()), "{headers:?}");
+        assert_eq!(content_type(&response), "application/problem+json");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 0);
+}
+
+#[tokio::test]
+async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    admin
+        .batch_execute(
+            "ALTER TABLE email_suppressions ADD CONSTRAINT no_x CHECK (email <> 'x@example.com')",
+        )
+        .await
+        .expect("constraint");
+    let (receiver, _) = db.receiver(resend());
+    let body = resend_email("complained", "em_f", &["ok@example.com", "x@example.com"]);
+    let headers = svix_headers("svix", RESEND_SECRET, "msg_f", now(), &body);
+    assert_eq!(
+        send_as(&receiver, &headers, &body).await.status().as_u16(),
+        500
+    );
+    // The first statement (email_events) succeeded before the second failed: all rolled back.
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    admin
+        .batch_execute("ALTER TABLE email_suppressions DROP CONSTRAINT no_x")
+        .await
+        .expect("drop");
+    assert_eq!(
+        outcome(&send_as(&receiver, &headers, &body).await).1,
+        "processed"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 2);
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 1);
+}
+
+#[tokio::test]
+async fn stripe_and_resend_ids_live_in_separate_namespaces() {
+    let db = TestDb::new().await;
+    let (resend_receiver, _) = db.receiver(resend());
+    let (stripe_receiver, _) =
+        db.receiver(stripe_webhook::Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
+    let body = resend_email("sent", "em_ns", &["ns@example.com"]);
+    assert_eq!(
+        outcome(&send(&resend_receiver, "evt_same_id", &body).await).1,
+        "processed"
+    );
+    let invoice = invoice_paid("evt_same_id", "cus_ns2", 3);
+    let sig = stripe_header(STRIPE_SECRET, now(), &invoice);
+    let response = stripe_receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            &invoice,
+        ))
+        .await;
+    assert_eq!(outcome(&response), (200, "processed".into()));
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_same_id'")
+            .await,
+        2
+    );
+}
