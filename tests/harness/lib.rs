@@ -4,6 +4,7 @@
 
 pub mod apigw;
 pub mod db;
+pub mod lambda;
 pub mod sign;
 pub mod tls;
 

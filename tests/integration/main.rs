@@ -1,6 +1,7 @@
 //! The integration suite: one binary, a module per feature.
 
 mod connection;
+mod lambda;
 mod migrations;
 mod resend;
 mod stripe;

@@ -1,0 +1,84 @@
+//! The provider functions as the local run and the tests start them.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How a provider signs its deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `t=…,v1=<hex>` in the named header.
+    TimestampV1(&'static str),
+    /// Standard Webhooks (`webhook-*` / `svix-*` headers).
+    StandardWebhooks,
+}
+
+/// One provider function.
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    /// Ledger namespace and route segment: `POST /webhooks/<provider>`.
+    pub provider: &'static str,
+    /// The cargo binary.
+    pub binary: &'static str,
+    /// The variable its signing secrets come from.
+    pub secret_var: &'static str,
+    /// The secret used locally: sample events are signed with it.
+    pub dev_secret: &'static str,
+    /// Its signature scheme.
+    pub scheme: Scheme,
+}
+
+impl Function {
+    /// The route API Gateway exposes it on.
+    pub fn path(&self) -> String {
+        format!("/webhooks/{}", self.provider)
+    }
+}
+
+/// Every provider function of the workspace.
+pub const ALL: &[Function] = &[
+    Function {
+        provider: "stripe",
+        binary: "stripe-webhook",
+        secret_var: "STRIPE_WEBHOOK_SECRET",
+        dev_secret: "whsec_claimonce_local_dev",
+        scheme: Scheme::TimestampV1("stripe-signature"),
+    },
+    Function {
+        provider: "resend",
+        binary: "resend-webhook",
+        secret_var: "RESEND_WEBHOOK_SECRET",
+        // base64 of "claimonce-local-development-key!"
+        dev_secret: "whsec_Y2xhaW1vbmNlLWxvY2FsLWRldmVsb3BtZW50LWtleSE=",
+        scheme: Scheme::StandardWebhooks,
+    },
+];
+
+/// The function whose route is `path`.
+pub fn by_path(path: &str) -> Option<&'static Function> {
+    ALL.iter().find(|f| f.path() == path)
+}
+
+/// The workspace root (this crate lives in `<root>/local`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Builds every binary of the workspace (debug profile) and returns the directory they are
+/// in. Cargo is whichever cargo is running us (`CARGO`), else the one on `PATH`.
+pub fn build() -> io::Result<PathBuf> {
+    let root = workspace_root();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "--quiet", "--workspace", "--bins"])
+        .status()?;
+    if !status.success() {
+        return Err(io::Error::other("cargo build --workspace --bins failed"));
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    Ok(target.join("debug"))
+}

@@ -1,0 +1,220 @@
+//! An API Gateway (HTTP API, payload format 2.0) front for local runs: it turns each HTTP
+//! request into the event API Gateway would send, invokes the route's function through its
+//! Runtime API, and turns the function's response payload back into HTTP.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+
+use crate::runtime_api::{Outcome, RuntimeApi};
+
+/// Routes: `/webhooks/<provider>` → that function's Runtime API.
+pub type Routes = HashMap<String, Arc<RuntimeApi>>;
+
+/// How long a request waits for its function (the template's function timeout).
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Builds the HTTP API v2 event for a request. Header names are lower-cased and repeated
+/// values joined with commas, as API Gateway does; a body that is not UTF-8 is base64.
+pub fn event(method: &str, path: &str, query: &str, headers: &HeaderMap, body: &[u8]) -> Value {
+    let mut joined: Map<String, Value> = Map::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        match joined.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push(',');
+                existing.push_str(&value);
+            }
+            _ => {
+                joined.insert(name.as_str().to_owned(), Value::String(value));
+            }
+        }
+    }
+    let (body, encoded) = match std::str::from_utf8(body) {
+        Ok(text) => (text.to_owned(), false),
+        Err(_) => (STANDARD.encode(body), true),
+    };
+    let route = format!("{method} {path}");
+    json!({
+        "version": "2.0",
+        "routeKey": route,
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": joined,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": "localhost",
+            "domainPrefix": "localhost",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("")
+            },
+            "requestId": "local",
+            "routeKey": route,
+            "stage": "$default",
+            "time": "",
+            "timeEpoch": 0
+        },
+        "body": body,
+        "isBase64Encoded": encoded
+    })
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn plain(status: StatusCode, body: &str) -> Reply {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *response.status_mut() = status;
+    response
+}
+
+/// Turns a function's API Gateway response payload into an HTTP response.
+pub fn response(payload: &[u8]) -> Reply {
+    let Ok(value) = serde_json::from_slice::<Value>(payload) else {
+        return plain(
+            StatusCode::BAD_GATEWAY,
+            "the function's response is not JSON",
+        );
+    };
+    let status = value
+        .get("statusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let text = value.get("body").and_then(Value::as_str).unwrap_or("");
+    let body = if value.get("isBase64Encoded").and_then(Value::as_bool) == Some(true) {
+        STANDARD.decode(text).unwrap_or_default()
+    } else {
+        text.as_bytes().to_vec()
+    };
+    let mut builder = Response::builder().status(status);
+    // Payload 2.0 responses carry `headers`; 1.0 ones may carry `multiValueHeaders`.
+    if let Some(headers) = value.get("headers").and_then(Value::as_object) {
+        for (name, value) in headers {
+            if let Some(v) = value.as_str() {
+                builder = builder.header(name, v);
+            }
+        }
+    }
+    if let Some(headers) = value.get("multiValueHeaders").and_then(Value::as_object) {
+        for (name, values) in headers {
+            for v in values
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                builder = builder.header(name, v);
+            }
+        }
+    }
+    builder
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response headers"))
+}
+
+async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let Some(function) = routes.get(&path) else {
+        return Ok(plain(StatusCode::NOT_FOUND, "{\"message\":\"Not Found\"}"));
+    };
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+        return Ok(plain(StatusCode::BAD_REQUEST, "could not read the body"));
+    };
+    let event = event(
+        parts.method.as_str(),
+        &path,
+        parts.uri.query().unwrap_or(""),
+        &parts.headers,
+        &body,
+    );
+    Ok(
+        match function.invoke(event.to_string(), FUNCTION_TIMEOUT).await {
+            Ok(Outcome::Response(payload)) => response(&payload),
+            // API Gateway answers a function error with 502 and a generic message.
+            Ok(Outcome::Error(_)) => plain(
+                StatusCode::BAD_GATEWAY,
+                "{\"message\":\"Internal Server Error\"}",
+            ),
+            Err(_) => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{\"message\":\"Service Unavailable\"}",
+            ),
+        },
+    )
+}
+
+/// Serves `routes` on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, routes: Routes) {
+    let routes = Arc::new(routes);
+    while let Ok((stream, _)) = listener.accept().await {
+        let routes = Arc::clone(&routes);
+        tokio::spawn(async move {
+            let service = service_fn(move |r| handle(Arc::clone(&routes), r));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Sends an API Gateway event's request (method POST, its route, headers and body) over HTTP
+/// to `authority` (`host:port`), as a webhook sender would; returns the status and body.
+pub async fn send(authority: &str, event: &Value) -> Result<(StatusCode, Bytes), String> {
+    let route = crate::sign::event_path(event).unwrap_or("/").to_owned();
+    let body = crate::sign::event_body(event)?;
+    let mut request = Request::builder()
+        .method("POST")
+        .uri(&route)
+        .header("host", authority);
+    if let Some(headers) = event.get("headers").and_then(Value::as_object) {
+        for (name, value) in headers {
+            let skip = ["host", "content-length"]
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h));
+            if let (false, Some(v)) = (skip, value.as_str()) {
+                request = request.header(name, v);
+            }
+        }
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| format!("{authority}: {e} (is `claimonce-local run` running?)"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, body))
+}

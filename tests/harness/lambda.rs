@@ -1,0 +1,95 @@
+//! The real function binaries under the Lambda Runtime API emulator, as on AWS.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use claimonce_local::functions::{self, Function};
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use serde_json::Value;
+use tokio::process::Child;
+use tokio::sync::OnceCell;
+
+static BINARIES: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// The directory of the workspace's binaries, built once per test run.
+pub async fn binaries() -> &'static Path {
+    BINARIES
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(functions::build)
+                .await
+                .expect("build task")
+                .expect("cargo build --workspace --bins")
+        })
+        .await
+}
+
+/// The function for a provider.
+pub fn function(provider: &str) -> &'static Function {
+    functions::ALL
+        .iter()
+        .find(|f| f.provider == provider)
+        .expect("known provider")
+}
+
+/// A function deployed locally: its Runtime API and its running instances.
+#[derive(Debug)]
+pub struct Deployed {
+    /// The endpoint the instances poll.
+    pub api: Arc<RuntimeApi>,
+    _instances: Vec<Child>,
+}
+
+impl Deployed {
+    /// Starts `instances` copies of `function`'s binary on `database_url`, with its local
+    /// secret.
+    pub async fn start(function: &Function, database_url: &str, instances: usize) -> Self {
+        let binary = binaries().await.join(function.binary);
+        let api = Arc::new(
+            RuntimeApi::start(function.binary)
+                .await
+                .expect("runtime api"),
+        );
+        let env = [
+            ("DATABASE_URL", database_url),
+            (function.secret_var, function.dev_secret),
+        ];
+        // The functions' JSON lines would only clutter the test output.
+        let children = (0..instances)
+            .map(|_| {
+                api.command(&binary, &env)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("spawn the function binary")
+            })
+            .collect();
+        Self {
+            api,
+            _instances: children,
+        }
+    }
+
+    /// Invokes with an API Gateway event; returns the API Gateway response payload.
+    pub async fn invoke(&self, event: &Value) -> Value {
+        match self
+            .api
+            .invoke(event.to_string(), Duration::from_secs(20))
+            .await
+            .expect("the function answers")
+        {
+            Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON payload"),
+            Outcome::Error(error) => panic!(
+                "the function reported an error: {}",
+                String::from_utf8_lossy(&error)
+            ),
+        }
+    }
+}
+
+/// Reads a file of `events/`.
+pub fn sample_event(relative: &str) -> Value {
+    let path = functions::workspace_root().join("events").join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("event JSON")
+}

@@ -1,0 +1,188 @@
+//! The real binaries, not just the libraries: `stripe-webhook` and `resend-webhook` run under a
+//! Lambda Runtime API and answer the `events/` samples (re-signed) as API Gateway expects; the
+//! local front serves them over HTTP the way the README's first command does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use claimonce_local::gateway;
+use claimonce_local::runtime_api::RuntimeApi;
+use claimonce_local::sign::resign;
+use claimonce_tests::TestDb;
+use claimonce_tests::lambda::{Deployed, binaries, function, sample_event};
+use claimonce_tests::sign::now;
+use serde_json::Value;
+
+fn disposition(payload: &Value) -> (u64, String) {
+    let body: Value =
+        serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("JSON body");
+    let name = body["disposition"]
+        .as_str()
+        .or(body["type"].as_str())
+        .unwrap_or("");
+    (
+        payload["statusCode"].as_u64().unwrap_or(0),
+        name.rsplit('/').next().unwrap_or("").to_owned(),
+    )
+}
+
+async fn check_samples(provider: &str, samples: &[&str]) -> TestDb {
+    let db = TestDb::new().await;
+    let deployed = Deployed::start(function(provider), &db.url, 2).await;
+    for sample in samples {
+        let mut event = sample_event(sample);
+        resign(&mut event, now()).expect("sign");
+        assert_eq!(
+            disposition(&deployed.invoke(&event).await),
+            (200, "processed".into()),
+            "{sample}"
+        );
+        assert_eq!(
+            disposition(&deployed.invoke(&event).await),
+            (200, "duplicate".into()),
+            "{sample}"
+        );
+        // The same event with one byte of its body changed after signing.
+        let body = event["body"]
+            .as_str()
+            .expect("text body")
+            .replacen("\"id\"", "\"id\" ", 1);
+        event["body"] = Value::String(body.replacen("\"type\"", "\"type\" ", 1));
+        let tampered = deployed.invoke(&event).await;
+        assert_eq!(
+            disposition(&tampered),
+            (400, "signature-mismatch".into()),
+            "{sample}"
+        );
+        // HTTP API responses carry `headers`; REST API ones `multiValueHeaders`.
+        let content_type = tampered["headers"]["content-type"]
+            .as_str()
+            .or(tampered["multiValueHeaders"]["content-type"][0].as_str());
+        assert_eq!(
+            content_type,
+            Some("application/problem+json"),
+            "{sample}: {tampered}"
+        );
+    }
+    db
+}
+
+#[tokio::test]
+async fn the_stripe_binary_answers_the_sample_events() {
+    let db = check_samples(
+        "stripe",
+        &[
+            "stripe/checkout.session.completed.json",
+            "stripe/invoice.paid.json",
+            "stripe/customer.subscription.updated.json",
+            "stripe/invoice.paid.rest-v1.json",
+        ],
+    )
+    .await;
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE provider = 'stripe'")
+            .await,
+        4
+    );
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        2500
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM subscriptions WHERE status = 'active'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_resend_binary_answers_the_sample_events() {
+    let db = check_samples(
+        "resend",
+        &["resend/email.bounced.json", "resend/email.delivered.json"],
+    )
+    .await;
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 2);
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 1);
+}
+
+#[tokio::test]
+async fn the_local_front_serves_every_function_like_api_gateway() {
+    let db = TestDb::new().await;
+    let mut routes = HashMap::new();
+    let mut deployed = Vec::new();
+    for provider in ["stripe", "resend"] {
+        let f = function(provider);
+        let d = Deployed::start(f, &db.url, 1).await;
+        // The front needs the endpoint behind an Arc; a second endpoint for the same
+        // instances is not possible, so the front gets its own and the instances poll it.
+        let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+        let binary = binaries().await.join(f.binary);
+        let child = api
+            .spawn(
+                &binary,
+                &[("DATABASE_URL", &db.url), (f.secret_var, f.dev_secret)],
+            )
+            .expect("spawn");
+        routes.insert(f.path(), api);
+        deployed.push((d, child));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let authority = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(gateway::serve(listener, routes));
+
+    for sample in ["stripe/invoice.paid.json", "resend/email.delivered.json"] {
+        let mut event = sample_event(sample);
+        resign(&mut event, now()).expect("sign");
+        let (status, body) = gateway::send(&authority, &event).await.expect("send");
+        assert_eq!(
+            (status.as_u16(), &body[..]),
+            (200, &br#"{"disposition":"processed"}"#[..]),
+            "{sample}"
+        );
+        let (status, body) = gateway::send(&authority, &event).await.expect("send");
+        assert_eq!(
+            (status.as_u16(), &body[..]),
+            (200, &br#"{"disposition":"duplicate"}"#[..]),
+            "{sample}"
+        );
+    }
+    let mut unknown = sample_event("stripe/invoice.paid.json");
+    resign(&mut unknown, now()).expect("sign");
+    unknown["rawPath"] = Value::String("/webhooks/nobody".into());
+    let (status, _) = gateway::send(&authority, &unknown).await.expect("send");
+    assert_eq!(status.as_u16(), 404);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
+}
+
+#[tokio::test]
+async fn a_binary_without_its_secret_stops_at_start_naming_the_variable() {
+    let f = function("stripe");
+    let api = RuntimeApi::start(f.binary).await.expect("api");
+    let mut command = api.command(
+        &binaries().await.join(f.binary),
+        &[(
+            "DATABASE_URL",
+            "postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable",
+        )],
+    );
+    command
+        .env_remove(f.secret_var)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = tokio::time::timeout(Duration::from_secs(20), command.output())
+        .await
+        .expect("exits promptly")
+        .expect("runs");
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("STRIPE_WEBHOOK_SECRET must be set"),
+        "{stdout}"
+    );
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!all.contains("hunter2"), "{all}");
+}
