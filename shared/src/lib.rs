@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod db;
+pub mod lambda;
 pub mod log;
 pub mod migrate;
 pub mod pipeline;
@@ -13,8 +14,9 @@ pub mod receiver;
 pub mod response;
 pub mod verify;
 
+pub use lambda::serve;
 pub use pipeline::{Applied, Param, Transaction};
-pub use receiver::{Limits, Parsed, Provider, Receiver, run_from_env, serve};
+pub use receiver::{Admitted, Limits, Parsed, Provider, Receiver, run_from_env};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].
 pub use tokio_postgres::types::Type;

@@ -126,6 +126,16 @@ impl<P: Provider> Receiver<P> {
     pub async fn handle(&self, request: Request) -> Response<Body> {
         let started = Instant::now();
         let delivery = self.deliver(&request).await;
+        self.finish(started, delivery)
+    }
+
+    /// Answers a request refused before it could be read (at the Lambda boundary).
+    pub(crate) fn refuse(&self, started: Instant, rejection: Rejection) -> Response<Body> {
+        self.finish(started, Delivery::rejected(rejection))
+    }
+
+    /// Logs the delivery's one line and turns its disposition into the response.
+    fn finish(&self, started: Instant, delivery: Delivery) -> Response<Body> {
         let mut fields = Map::new();
         fields.insert("provider".into(), self.provider.name().into());
         if let Some(id) = delivery.event_id {
@@ -153,43 +163,52 @@ impl<P: Provider> Receiver<P> {
         delivery.disposition.into_response()
     }
 
-    async fn deliver(&self, request: &Request) -> Delivery {
+    /// Everything before the database: method, size, signature, parsing. Pure but for the
+    /// clock; a request it refuses never reaches the database.
+    pub fn admit(&self, request: &Request, now: u64) -> Result<Admitted<P::Event>, Rejection> {
         if request.method() != Method::POST {
-            return Delivery::rejected(Rejection::new(
+            return Err(Rejection::new(
                 Problem::MethodNotAllowed,
                 "webhooks are delivered with POST",
             ));
         }
         let body: &[u8] = request.body();
         if body.len() > self.limits.max_body_bytes {
-            return Delivery::rejected(Rejection::new(
+            return Err(Rejection::new(
                 Problem::PayloadTooLarge,
                 "the body is larger than this receiver accepts",
             ));
         }
-        let verified = match self
+        let verified = self
             .provider
             .verifier()
-            .verify(request.headers(), body, unix_now())
-        {
-            Ok(v) => v,
-            Err(r) => return Delivery::rejected(r),
-        };
-        let parsed = match self.provider.parse(&verified, body) {
-            Ok(p) => p,
-            Err(r) => return Delivery::rejected(r),
-        };
+            .verify(request.headers(), body, now)?;
+        let parsed = self.provider.parse(&verified, body)?;
         if parsed.event_id.is_empty() || parsed.event_id.len() > MAX_EVENT_ID_LEN {
-            return Delivery::rejected(Rejection::new(
+            return Err(Rejection::new(
                 Problem::InvalidPayload,
                 "the event id is empty or too long",
             ));
         }
+        Ok(Admitted {
+            parsed,
+            payload_sha256: Sha256::digest(body).into(),
+        })
+    }
+
+    async fn deliver(&self, request: &Request) -> Delivery {
+        let Admitted {
+            parsed,
+            payload_sha256,
+        } = match self.admit(request, unix_now()) {
+            Ok(admitted) => admitted,
+            Err(r) => return Delivery::rejected(r),
+        };
         let claim = Claim {
             provider: self.provider.name(),
             event_id: &parsed.event_id,
             event_type: &parsed.event_type,
-            payload_sha256: Sha256::digest(body).into(),
+            payload_sha256,
         };
         let outcome = self
             .database
@@ -222,22 +241,19 @@ impl<P: Provider> Receiver<P> {
     }
 }
 
-fn unix_now() -> u64 {
+/// A request that passed every check before the database.
+#[derive(Debug)]
+pub struct Admitted<E> {
+    /// The parsed event.
+    pub parsed: Parsed<E>,
+    /// SHA-256 of the raw body, stored with the claim.
+    pub payload_sha256: [u8; 32],
+}
+
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// Runs a receiver as a Lambda function behind API Gateway (HTTP API v2 or REST v1 events).
-pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_http::Error> {
-    receiver.warm_up().await;
-    let receiver = &receiver;
-    lambda_http::run(lambda_http::service_fn(
-        move |request: Request| async move {
-            Ok::<_, lambda_http::Error>(receiver.handle(request).await)
-        },
-    ))
-    .await
 }
 
 /// The whole of a provider function's `main`: build the provider and the receiver from the
@@ -256,7 +272,7 @@ pub async fn run_from_env<P: Provider>(
         ))
     })();
     match built {
-        Ok(receiver) => serve(receiver).await,
+        Ok(receiver) => crate::lambda::serve(receiver).await,
         Err(e) => {
             log.write("error", &e.to_string(), Map::new());
             Err(e.into())

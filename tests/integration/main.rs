@@ -1,5 +1,6 @@
 //! The integration suite: one binary, a module per feature.
 
+mod boundary;
 mod connection;
 mod lambda;
 mod migrations;

@@ -1,0 +1,220 @@
+//! The Lambda boundary and hostile requests: every request that can never succeed is a clear
+//! 4xx with a problem body, and none of them reaches the database.
+
+use claimonce::Receiver;
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{v1_event, v2_event};
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
+use serde_json::Value;
+use stripe_webhook::Stripe;
+
+const PATH: &str = "/webhooks/stripe";
+
+fn stripe() -> Stripe {
+    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
+}
+
+fn slug(payload: &Value) -> String {
+    let body: Value = serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("JSON");
+    body["type"]
+        .as_str()
+        .or(body["disposition"].as_str())
+        .unwrap_or("")
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+async fn answer(receiver: &Receiver<Stripe>, event: &Value) -> (u64, String) {
+    let payload = receiver.handle_event(&event.to_string()).await;
+    (payload["statusCode"].as_u64().unwrap_or(0), slug(&payload))
+}
+
+#[tokio::test]
+async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    let body = invoice_paid("evt_b64bad", "cus_x", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    for mut event in [
+        v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, true),
+        v1_event("POST", PATH, &[("stripe-signature", &sig)], &body, true),
+    ] {
+        event["body"] = Value::String("%%% not base64 %%%".into());
+        let payload = receiver.handle_event(&event.to_string()).await;
+        assert_eq!(payload["statusCode"], 400);
+        assert_eq!(slug(&payload), "unreadable-body");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    let logged = logs.lock().expect("logs").join("\n");
+    assert_eq!(logged.matches("\"problem\":\"unreadable-body\"").count(), 2);
+}
+
+#[tokio::test]
+async fn responses_come_back_in_the_format_the_event_came_in() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_fmt2", "cus_f", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let v2 = receiver
+        .handle_event(
+            &v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, false).to_string(),
+        )
+        .await;
+    assert_eq!(v2["statusCode"], 200);
+    assert_eq!(v2["headers"]["content-type"], "application/json");
+    assert!(v2.get("multiValueHeaders").is_none());
+    assert_eq!(v2["isBase64Encoded"], false);
+    let body = invoice_paid("evt_fmt1", "cus_f", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let v1 = receiver
+        .handle_event(
+            &v1_event("POST", PATH, &[("Stripe-Signature", &sig)], &body, true).to_string(),
+        )
+        .await;
+    assert_eq!(v1["statusCode"], 200);
+    assert_eq!(
+        v1["multiValueHeaders"]["content-type"][0],
+        "application/json"
+    );
+    assert_eq!(slug(&v1), "processed");
+}
+
+#[tokio::test]
+async fn hostile_and_malformed_requests_are_refused_before_the_database() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let t = now();
+    let body = invoice_paid("evt_hostile", "cus_h", 1);
+    let good = stripe_header(STRIPE_SECRET, t, &body);
+    let v1 = good.split("v1=").nth(1).expect("v1").to_owned();
+    let sign = |b: &[u8]| stripe_header(STRIPE_SECRET, t, b);
+    let binary: Vec<u8> = vec![0xff, 0xfe, 0x00, 0x80];
+    let not_json = b"hello, world".to_vec();
+    let not_event = br#"{"id":"evt_1","object":"charge"}"#.to_vec();
+    let huge = vec![b'{'; (1 << 20) + 1];
+    let post = |headers: &[(&str, &str)], b: &[u8], base64: bool| {
+        v2_event("POST", PATH, headers, b, base64)
+    };
+    let cases: Vec<(&str, Value, u64, &str)> = vec![
+        (
+            "empty body",
+            post(&[("stripe-signature", &sign(b""))], b"", false),
+            400,
+            "invalid-payload",
+        ),
+        (
+            "empty body, no signature",
+            post(&[], b"", false),
+            400,
+            "missing-signature",
+        ),
+        (
+            "non-UTF-8 body",
+            post(&[("stripe-signature", &sign(&binary))], &binary, true),
+            400,
+            "invalid-payload",
+        ),
+        (
+            "oversized body",
+            post(&[("stripe-signature", &sign(&huge))], &huge, false),
+            413,
+            "payload-too-large",
+        ),
+        (
+            "spaces around =",
+            post(
+                &[("stripe-signature", &format!("t = {t}, v1 = {v1}"))],
+                &body,
+                false,
+            ),
+            400,
+            "malformed-signature",
+        ),
+        (
+            "tabs and padding",
+            post(
+                &[("stripe-signature", &format!("\tt={t},\tv1={v1}  "))],
+                &body,
+                false,
+            ),
+            200,
+            "processed",
+        ),
+        (
+            "duplicate t=",
+            post(
+                &[("stripe-signature", &format!("t={t},t={},v1={v1}", t + 1))],
+                &body,
+                false,
+            ),
+            400,
+            "malformed-signature",
+        ),
+        (
+            "upper-case hex",
+            post(
+                &[(
+                    "stripe-signature",
+                    &format!("t={t},v1={}", v1.to_uppercase()),
+                )],
+                &body,
+                false,
+            ),
+            400,
+            "malformed-signature",
+        ),
+        (
+            "another secret",
+            post(
+                &[("stripe-signature", &stripe_header("whsec_other", t, &body))],
+                &body,
+                false,
+            ),
+            400,
+            "signature-mismatch",
+        ),
+        (
+            "signed, not JSON",
+            post(&[("stripe-signature", &sign(&not_json))], &not_json, false),
+            400,
+            "invalid-payload",
+        ),
+        (
+            "signed JSON, not an event",
+            post(
+                &[("stripe-signature", &sign(&not_event))],
+                &not_event,
+                false,
+            ),
+            400,
+            "invalid-payload",
+        ),
+        (
+            "GET",
+            v2_event("GET", PATH, &[("stripe-signature", &good)], b"", false),
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "not an API Gateway event",
+            Value::String("just a string".into()),
+            400,
+            "unreadable-body",
+        ),
+    ];
+    let mut processed = 0;
+    for (name, event, status, expected) in cases {
+        let got = answer(&receiver, &event).await;
+        assert_eq!(got, (status, expected.to_owned()), "{name}");
+        if expected == "processed" {
+            processed += 1;
+        }
+    }
+    // Only the one valid (if oddly padded) delivery reached the ledger.
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        processed
+    );
+}
