@@ -6,6 +6,7 @@
 pub mod functions;
 pub mod gateway;
 pub mod migrations;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod runtime_api;
 pub mod sign;

@@ -102,16 +102,7 @@ impl Postgres {
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
         let data = dir.join("data");
-        let root = running_as_root();
-        if root {
-            check(
-                Command::new("chown")
-                    .args(["-R", "postgres:postgres"])
-                    .arg(&dir)
-                    .output(),
-                "chown to the postgres user",
-            )?;
-        }
+        hand_to_server_user(&dir)?;
         if !data.join("PG_VERSION").exists() {
             let data_arg = data.to_string_lossy().into_owned();
             check(
@@ -153,37 +144,12 @@ impl Postgres {
             args.push("-c".to_owned());
             args.push(format!("{name}={value}"));
         }
-        let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
         let cleanup = if options.keep {
             String::new()
         } else {
             format!("rm -rf {}", shell_quote(&dir.to_string_lossy()))
         };
-        // The watchdog stops the server (fast shutdown) once the process that started it is
-        // gone, however it ended, so no server outlives its test run.
-        let script = format!(
-            "{postgres} {args} >{log} 2>&1 & pg=$!\n\
-             while [ -d /proc/{parent} ] && kill -0 $pg 2>/dev/null; do sleep 0.2; done\n\
-             kill -INT $pg 2>/dev/null; wait $pg; {cleanup}",
-            postgres = shell_quote(&tool("postgres").to_string_lossy()),
-            args = quoted.join(" "),
-            log = shell_quote(&dir.join("server.log").to_string_lossy()),
-            parent = std::process::id(),
-        );
-        let mut watchdog = if root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", "sh", "-c", &script]);
-            c
-        } else {
-            let mut c = Command::new("sh");
-            c.args(["-c", &script]);
-            c
-        };
-        watchdog
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        supervise(&tool("postgres"), &args, &dir.join("server.log"), &cleanup)?;
         let server = Self { port, dir };
         server.wait_ready(Duration::from_secs(30))?;
         Ok(server)
@@ -216,6 +182,56 @@ impl Postgres {
             self.port
         )
     }
+}
+
+/// Starts `program args` in the background as the server user, under a watchdog that stops it
+/// (SIGINT: PostgreSQL's fast shutdown, PgBouncer's safe one) once the process that started
+/// it is gone, however that process ended, then runs `cleanup`. Nothing outlives its test run.
+pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> io::Result<()> {
+    let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let script = format!(
+        "{program} {args} >{log} 2>&1 & child=$!\n\
+         while [ -d /proc/{parent} ] && kill -0 $child 2>/dev/null; do sleep 0.2; done\n\
+         kill -INT $child 2>/dev/null; wait $child; {cleanup}",
+        program = shell_quote(&program.to_string_lossy()),
+        args = quoted.join(" "),
+        log = shell_quote(&log.to_string_lossy()),
+        parent = std::process::id(),
+    );
+    let mut watchdog = if running_as_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", "sh", "-c", &script]);
+        c
+    } else {
+        let mut c = Command::new("sh");
+        c.args(["-c", &script]);
+        c
+    };
+    watchdog
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+}
+
+/// Makes `dir` (recursively) owned by the server user when we are root.
+pub fn hand_to_server_user(dir: &Path) -> io::Result<()> {
+    if !running_as_root() {
+        return Ok(());
+    }
+    check(
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir)
+            .output(),
+        "chown to the postgres user",
+    )
+}
+
+/// A free loopback port (bound and released; good enough for a private test server).
+pub fn free_loopback_port() -> io::Result<u16> {
+    free_port()
 }
 
 fn shell_quote(s: &str) -> String {

@@ -5,6 +5,10 @@
 //! and each test gets a database created on it. Either way every test database is a copy of
 //! a template that has the project's migrations applied, so a test starts in milliseconds.
 //! Test databases are not dropped, so a failed test's data can be inspected.
+//!
+//! With `CLAIMONCE_TEST_POOLER=pgbouncer` the receivers and function binaries (the code under
+//! test) connect through PgBouncer in transaction pooling mode, the local stand-in for RDS
+//! Proxy, while set-up and assertions still connect directly.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -12,6 +16,7 @@ use std::time::Duration;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::{Captured, Log};
 use claimonce::{Limits, Provider, Receiver};
+use claimonce_local::pgbouncer::PgBouncer;
 use claimonce_local::postgres::{Options, Postgres};
 use tokio::sync::OnceCell;
 use tokio_postgres::{Client, NoTls};
@@ -22,6 +27,26 @@ struct Server {
     /// Kept so the private server's handle lives as long as the process.
     _private: Option<Postgres>,
     template: String,
+    /// The same server through PgBouncer, when the pooled pass is on.
+    pooled_admin_url: Option<String>,
+}
+
+/// True when this run goes through PgBouncer (`CLAIMONCE_TEST_POOLER=pgbouncer`).
+pub fn pooled() -> bool {
+    std::env::var("CLAIMONCE_TEST_POOLER").is_ok_and(|v| v == "pgbouncer")
+}
+
+/// Starts PgBouncer in front of the server at `admin_url` and returns the pooled URL.
+fn start_pooler(admin_url: &str) -> String {
+    use std::str::FromStr;
+    let config = tokio_postgres::Config::from_str(admin_url).expect("valid DATABASE_URL");
+    let upstream = config.get_ports().first().copied().unwrap_or(5432);
+    let dir = std::env::temp_dir().join(format!("claimonce-pgbouncer-{}", std::process::id()));
+    let pooler = PgBouncer::start(&dir, upstream).expect("start PgBouncer");
+    format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        pooler.port
+    )
 }
 
 static SERVER: OnceCell<Server> = OnceCell::const_new();
@@ -86,10 +111,21 @@ async fn server() -> &'static Server {
                 .await
                 .expect("migrations apply to a fresh database");
             drop(tpl);
+            let pooled_admin_url = if pooled() {
+                let url = admin_url.clone();
+                Some(
+                    tokio::task::spawn_blocking(move || start_pooler(&url))
+                        .await
+                        .expect("pooler task"),
+                )
+            } else {
+                None
+            };
             Server {
                 admin_url,
                 _private: private,
                 template,
+                pooled_admin_url,
             }
         })
         .await
@@ -100,8 +136,10 @@ async fn server() -> &'static Server {
 pub struct TestDb {
     /// Its name.
     pub name: String,
-    /// A URL to it (as the server's superuser).
+    /// A URL to it (as the server's superuser), direct: for set-up and assertions.
     pub url: String,
+    /// The URL the code under test uses: through PgBouncer in the pooled pass, else `url`.
+    pub function_url: String,
 }
 
 /// Short bounds, so that tests of failures finish quickly.
@@ -143,8 +181,14 @@ impl TestDb {
                 Err(e) => panic!("create test database: {e}"),
             }
         }
+        let url = with_database(&server.admin_url, &name);
+        let function_url = match &server.pooled_admin_url {
+            Some(pooled) => with_database(pooled, &name),
+            None => url.clone(),
+        };
         Self {
-            url: with_database(&server.admin_url, &name),
+            url,
+            function_url,
             name,
         }
     }
@@ -156,7 +200,7 @@ impl TestDb {
 
     /// Connection settings as a function would build them, with test timeouts.
     pub fn settings(&self) -> Settings {
-        Settings::from_url(&self.url, None, test_timeouts()).expect("valid test URL")
+        Settings::from_url(&self.function_url, None, test_timeouts()).expect("valid test URL")
     }
 
     /// A receiver for `provider` with its own connection, like one Lambda execution

@@ -5,6 +5,7 @@
 pub mod apigw;
 pub mod db;
 pub mod lambda;
+pub mod proxy;
 pub mod sign;
 pub mod tls;
 

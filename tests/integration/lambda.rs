@@ -29,7 +29,7 @@ fn disposition(payload: &Value) -> (u64, String) {
 
 async fn check_samples(provider: &str, samples: &[&str]) -> TestDb {
     let db = TestDb::new().await;
-    let deployed = Deployed::start(function(provider), &db.url, 2).await;
+    let deployed = Deployed::start(function(provider), &db.function_url, 2).await;
     for sample in samples {
         let mut event = sample_event(sample);
         resign(&mut event, now()).expect("sign");
@@ -114,7 +114,7 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
     let mut deployed = Vec::new();
     for provider in ["stripe", "resend"] {
         let f = function(provider);
-        let d = Deployed::start(f, &db.url, 1).await;
+        let d = Deployed::start(f, &db.function_url, 1).await;
         // The front needs the endpoint behind an Arc; a second endpoint for the same
         // instances is not possible, so the front gets its own and the instances poll it.
         let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));

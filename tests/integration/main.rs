@@ -5,4 +5,5 @@ mod connection;
 mod lambda;
 mod migrations;
 mod resend;
+mod round_trips;
 mod stripe;

@@ -83,7 +83,11 @@ async fn the_sql_files_apply_in_order_with_psql() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let psql_db = TestDb { name: empty, url };
+    let psql_db = TestDb {
+        name: empty,
+        function_url: url.clone(),
+        url,
+    };
     let tables = psql_db
         .count(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN \

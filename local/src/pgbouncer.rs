@@ -1,0 +1,81 @@
+//! PgBouncer in transaction pooling mode in front of a private server: the local stand-in for
+//! RDS Proxy's multiplexing. Anything that relies on session state (named prepared
+//! statements, session `SET`, advisory locks, temp tables) breaks or misbehaves behind it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::postgres::{free_loopback_port, hand_to_server_user, supervise};
+
+/// A running PgBouncer.
+#[derive(Debug)]
+pub struct PgBouncer {
+    /// Loopback port clients connect to.
+    pub port: u16,
+}
+
+fn binary() -> PathBuf {
+    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("pgbouncer"))
+}
+
+impl PgBouncer {
+    /// Starts PgBouncer in `dir`, pooling every database of the server on `upstream_port`
+    /// (user `postgres`, trust authentication) in transaction mode.
+    pub fn start(dir: &Path, upstream_port: u16) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let port = free_loopback_port()?;
+        let d = dir.to_string_lossy();
+        std::fs::write(dir.join("userlist.txt"), "\"postgres\" \"\"\n")?;
+        std::fs::write(
+            dir.join("pgbouncer.ini"),
+            format!(
+                "[databases]\n\
+                 * = host=127.0.0.1 port={upstream_port}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {port}\n\
+                 unix_socket_dir =\n\
+                 auth_type = trust\n\
+                 auth_file = {d}/userlist.txt\n\
+                 pool_mode = transaction\n\
+                 max_client_conn = 2000\n\
+                 default_pool_size = 40\n\
+                 server_reset_query =\n\
+                 ignore_startup_parameters = extra_float_digits\n\
+                 pidfile = {d}/pgbouncer.pid\n"
+            ),
+        )?;
+        hand_to_server_user(dir)?;
+        supervise(
+            &binary(),
+            &[dir.join("pgbouncer.ini").to_string_lossy().into_owned()],
+            &dir.join("pgbouncer.log"),
+            "",
+        )?;
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if started.elapsed() > Duration::from_secs(15) {
+                let log = std::fs::read_to_string(dir.join("pgbouncer.log")).unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "PgBouncer did not start (is it installed? apt-get install pgbouncer): {log}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Self { port })
+    }
+
+    /// True when a PgBouncer binary is installed.
+    pub fn installed() -> bool {
+        Command::new(binary())
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
