@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
@@ -14,6 +14,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::auth::{AuthError, IamTokens, fetch_secret};
 use crate::config::{self, ConfigError};
 use crate::pipeline::{self, Applied, Cause, Claim, Finished, Transaction};
 
@@ -85,6 +86,8 @@ pub struct Settings {
     config: Config,
     tls: Option<MakeRustlsConnect>,
     timeouts: Timeouts,
+    /// When set, every new connection authenticates with a fresh IAM token.
+    iam: Option<IamTokens>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -93,17 +96,110 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("hosts", &self.config.get_hosts())
             .field("tls", &self.tls.is_some())
+            .field("iam", &self.iam.as_ref().map(IamTokens::user))
             .field("timeouts", &self.timeouts)
             .finish()
     }
 }
 
 impl Settings {
-    /// From `DATABASE_URL`, `PGSSLROOTCERT` and the timeout variables.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let url = config::required("DATABASE_URL")?;
+    /// From the environment, in one of three modes:
+    ///
+    /// - `DATABASE_URL` (a password, if any, in the URL): local development, tests, and any
+    ///   setup that keeps the URL itself secret;
+    /// - `DB_IAM_AUTH=true` with `DB_HOST`, `DB_PORT` (5432), `DB_NAME`, `DB_USER` and
+    ///   `AWS_REGION`: an RDS IAM token from the aws-config credential chain for every new
+    ///   connection;
+    /// - `DB_SECRET_ARN` (the standard RDS secret) with `DB_HOST`/`DB_PORT`/`DB_NAME`
+    ///   overriding what the secret records: read once, here, at cold start.
+    ///
+    /// The last two always use verified TLS. `PGSSLROOTCERT` and the timeouts apply to all.
+    pub async fn from_env() -> Result<Self, ConfigError> {
+        let timeouts = Timeouts::from_env()?;
         let root = config::optional("PGSSLROOTCERT");
-        Self::from_url(&url, root.as_deref().map(Path::new), Timeouts::from_env()?)
+        let root = root.as_deref().map(Path::new);
+        if let Some(url) = config::optional("DATABASE_URL") {
+            return Self::from_url(&url, root, timeouts);
+        }
+        let iam = config::optional("DB_IAM_AUTH").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let secret_arn = config::optional("DB_SECRET_ARN");
+        if !iam && secret_arn.is_none() {
+            return Err(ConfigError(
+                "set DATABASE_URL, or DB_HOST and DB_NAME with DB_IAM_AUTH=true or DB_SECRET_ARN"
+                    .into(),
+            ));
+        }
+        let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let port = u16::try_from(config::number("DB_PORT", 5432)?)
+            .map_err(|_| ConfigError("DB_PORT must be a port number".into()))?;
+        let mut settings = Self::verified(config::required("DB_HOST")?, port, timeouts, root)?;
+        settings.config.dbname(config::required("DB_NAME")?);
+        if iam {
+            let user = config::required("DB_USER")?;
+            let region = aws
+                .region()
+                .map(ToString::to_string)
+                .ok_or_else(|| ConfigError("AWS_REGION must be set for DB_IAM_AUTH".into()))?;
+            let credentials = aws.credentials_provider().ok_or_else(|| {
+                ConfigError("no AWS credential provider is configured for DB_IAM_AUTH".into())
+            })?;
+            let host = settings.host();
+            settings.config.user(&user);
+            settings.iam = Some(IamTokens::new(credentials, &host, port, &user, &region));
+        } else if let Some(arn) = secret_arn {
+            let secret = fetch_secret(&aws, &arn)
+                .await
+                .map_err(|e| ConfigError(format!("DB_SECRET_ARN: {e}")))?;
+            settings
+                .config
+                .user(&secret.username)
+                .password(secret.password.as_bytes());
+        }
+        Ok(settings)
+    }
+
+    /// Verified-TLS settings for `host:port`, user and database still to be set.
+    fn verified(
+        host: String,
+        port: u16,
+        timeouts: Timeouts,
+        root_cert: Option<&Path>,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Config::new();
+        config
+            .host(&host)
+            .port(port)
+            .ssl_mode(SslMode::Require)
+            .connect_timeout(timeouts.connect);
+        Ok(Self {
+            config,
+            tls: Some(tls_connector(root_cert)?),
+            timeouts,
+            iam: None,
+        })
+    }
+
+    fn host(&self) -> String {
+        match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Verified-TLS settings that authenticate with IAM tokens made by `tokens` (for tests
+    /// and for callers that build their own credential provider).
+    pub fn with_iam(
+        host: &str,
+        port: u16,
+        dbname: &str,
+        tokens: IamTokens,
+        root_cert: Option<&Path>,
+        timeouts: Timeouts,
+    ) -> Result<Self, ConfigError> {
+        let mut settings = Self::verified(host.to_owned(), port, timeouts, root_cert)?;
+        settings.config.dbname(dbname).user(tokens.user());
+        settings.iam = Some(tokens);
+        Ok(settings)
     }
 
     /// Parses a `postgres://` URL (or `key=value` string).
@@ -134,6 +230,7 @@ impl Settings {
             config,
             tls,
             timeouts,
+            iam: None,
         })
     }
 
@@ -142,27 +239,45 @@ impl Settings {
         &self.timeouts
     }
 
+    /// The connection parameters for the next connection: with IAM auth, a fresh token as
+    /// the password (tokens expire after 15 minutes; a connection, once made, outlives it).
+    pub async fn connection_config(&self) -> Result<Config, ConnectError> {
+        let mut config = self.config.clone();
+        if let Some(iam) = &self.iam {
+            let token = iam
+                .token(SystemTime::now())
+                .await
+                .map_err(ConnectError::Credentials)?;
+            config.password(token.as_bytes());
+        }
+        Ok(config)
+    }
+
     /// Opens a connection within the connect timeout and drives it on its own task.
     pub async fn connect(&self) -> Result<Client, ConnectError> {
         let connecting = async {
-            match &self.tls {
+            let config = self.connection_config().await?;
+            let client = match &self.tls {
                 Some(tls) => {
-                    let (client, connection) = self.config.connect(tls.clone()).await?;
+                    let (client, connection) = config
+                        .connect(tls.clone())
+                        .await
+                        .map_err(ConnectError::Failed)?;
                     tokio::spawn(connection);
-                    Ok(client)
+                    client
                 }
                 None => {
-                    let (client, connection) = self.config.connect(NoTls).await?;
+                    let (client, connection) =
+                        config.connect(NoTls).await.map_err(ConnectError::Failed)?;
                     tokio::spawn(connection);
-                    Ok(client)
+                    client
                 }
-            }
+            };
+            Ok(client)
         };
-        match tokio::time::timeout(self.timeouts.connect, connecting).await {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(error)) => Err(ConnectError::Failed(error)),
-            Err(_) => Err(ConnectError::TimedOut),
-        }
+        tokio::time::timeout(self.timeouts.connect, connecting)
+            .await
+            .unwrap_or(Err(ConnectError::TimedOut))
     }
 }
 
@@ -229,6 +344,8 @@ fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, ConfigEr
 pub enum ConnectError {
     /// The server refused, TLS verification failed, or authentication failed.
     Failed(tokio_postgres::Error),
+    /// No credentials to make an IAM token with.
+    Credentials(AuthError),
     /// Nothing answered within the connect timeout.
     TimedOut,
 }
@@ -247,6 +364,7 @@ impl std::fmt::Display for ConnectError {
                 }
                 Ok(())
             }
+            ConnectError::Credentials(e) => write!(f, "connect failed: {e}"),
             ConnectError::TimedOut => f.write_str("connect timed out"),
         }
     }

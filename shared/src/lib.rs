@@ -4,6 +4,7 @@
 //! event does); this crate owns everything else: the raw-body verification schemes, the
 //! claim-then-mutate transaction, the response policy, the connection and the logs.
 
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod lambda;

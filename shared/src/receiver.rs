@@ -263,14 +263,18 @@ pub async fn run_from_env<P: Provider>(
     provider: impl FnOnce() -> Result<P, ConfigError>,
 ) -> Result<(), lambda_http::Error> {
     let log = Log::stdout();
-    let built = (|| {
+    let built = async {
+        let provider = provider()?;
+        let limits = Limits::from_env()?;
+        let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(Receiver::new(
-            provider()?,
-            Database::new(crate::db::Settings::from_env()?),
-            Limits::from_env()?,
+            provider,
+            Database::new(settings),
+            limits,
             log.clone(),
         ))
-    })();
+    }
+    .await;
     match built {
         Ok(receiver) => crate::lambda::serve(receiver).await,
         Err(e) => {

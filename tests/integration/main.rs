@@ -4,6 +4,7 @@ mod boundary;
 mod connection;
 mod lambda;
 mod migrations;
+mod production_auth;
 mod resend;
 mod round_trips;
 mod stripe;
