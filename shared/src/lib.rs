@@ -9,6 +9,7 @@ pub mod config;
 pub mod db;
 pub mod lambda;
 pub mod log;
+pub mod metrics;
 pub mod migrate;
 pub mod pipeline;
 pub mod receiver;

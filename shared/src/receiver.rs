@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{self, ConfigError};
 use crate::db::Database;
 use crate::log::Log;
+use crate::metrics;
 use crate::pipeline::{Applied, Claim, Finished, Transaction};
 use crate::response::{Disposition, Problem, Rejection};
 use crate::verify::{Verified, Verify};
@@ -154,7 +155,14 @@ impl<P: Provider> Receiver<P> {
             fields.insert("error".into(), error.into());
         }
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        fields.insert("latency_ms".into(), Value::from(latency_us as f64 / 1000.0));
+        let latency_ms = latency_us as f64 / 1000.0;
+        fields.insert("latency_ms".into(), Value::from(latency_ms));
+        metrics::delivery(
+            &mut fields,
+            self.provider.name(),
+            delivery.disposition.name(),
+            latency_ms,
+        );
         let level = match delivery.disposition {
             Disposition::Error => "error",
             _ => "info",

@@ -474,3 +474,35 @@ async fn get_is_405_and_an_oversized_body_is_413_before_any_work() {
     assert_eq!(response.status().as_u16(), 413);
     assert_eq!(ledger_rows(&db).await, 0);
 }
+
+#[tokio::test]
+async fn the_delivery_line_carries_its_cloudwatch_metrics() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    send(&receiver, &invoice_paid("evt_emf", "cus_emf", 1)).await;
+    let line: Value = serde_json::from_str(&logs.lock().expect("logs")[0]).expect("JSON");
+    let directive = &line["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(directive["Namespace"], "claimonce");
+    assert_eq!(
+        directive["Dimensions"],
+        json!([["Provider", "Disposition"]])
+    );
+    // Every dimension and metric the directive names is a member of the line.
+    for name in ["Provider", "Disposition"] {
+        assert!(line[name].is_string(), "{name}");
+    }
+    for metric in directive["Metrics"].as_array().expect("metrics") {
+        let name = metric["Name"].as_str().expect("name");
+        assert!(line[name].is_number(), "{name}");
+    }
+    assert_eq!(
+        (line["Provider"].as_str(), line["Disposition"].as_str()),
+        (Some("stripe"), Some("processed"))
+    );
+    assert_eq!(line["Deliveries"], 1);
+    assert!(
+        line["_aws"]["Timestamp"]
+            .as_u64()
+            .is_some_and(|t| t > 1_700_000_000_000)
+    );
+}
