@@ -175,6 +175,17 @@ impl Postgres {
         }
     }
 
+    /// Stops the server (fast shutdown: open transactions roll back) and waits for it. With
+    /// `Options::keep` the data stays, and `start` on the same directory and port brings the
+    /// same database back.
+    pub fn stop(&self) -> io::Result<()> {
+        let data = self.dir.join("data").to_string_lossy().into_owned();
+        check(
+            server_command(&tool("pg_ctl"), &["-D", &data, "stop", "-m", "fast", "-w"]).output(),
+            "pg_ctl stop",
+        )
+    }
+
     /// A `postgres://` URL for database `db` as user `postgres`, plain TCP on loopback.
     pub fn url(&self, db: &str) -> String {
         format!(

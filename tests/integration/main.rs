@@ -2,6 +2,7 @@
 
 mod boundary;
 mod connection;
+mod faults;
 mod lambda;
 mod migrations;
 mod production_auth;

@@ -1,0 +1,633 @@
+//! Exactly-once under faults: a function killed inside its transaction, a lost
+//! acknowledgement, a database that goes away and comes back, a slow twin, and a storm of
+//! duplicates and failures. Each test checks the end state: one ledger row and one effect per
+//! event, nothing lost.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use claimonce::Limits;
+use claimonce::Receiver;
+use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::log::Log;
+use claimonce_local::postgres::{Options, Postgres};
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_local::sign::resign;
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{post, v2_event};
+use claimonce_tests::db::all_at_once;
+use claimonce_tests::lambda::{binaries, function};
+use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_header};
+use serde_json::Value;
+use stripe_webhook::Stripe;
+use tokio::sync::Mutex;
+
+fn stripe() -> Stripe {
+    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
+}
+
+/// How many times the loops run: `CLAIMONCE_FAULT_ITERATIONS`, default `default`.
+fn iterations(default: u64) -> u64 {
+    std::env::var("CLAIMONCE_FAULT_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A trigger that sleeps inside the transaction while `hold` has a row, so a test can act
+/// while a delivery is known to be between its claim and its commit.
+async fn install_hold(db: &TestDb, table: &str, seconds: f64) {
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE TABLE hold (on_ boolean);
+             CREATE FUNCTION hold_here() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM hold) THEN PERFORM pg_sleep({seconds}); END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER hold_here BEFORE INSERT OR UPDATE ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION hold_here();"
+        ))
+        .await
+        .expect("install hold trigger");
+}
+
+async fn set_hold(db: &TestDb, on: bool) {
+    let sql = if on {
+        "INSERT INTO hold VALUES (true)"
+    } else {
+        "DELETE FROM hold"
+    };
+    db.client().await.batch_execute(sql).await.expect("hold");
+}
+
+/// Waits until a backend of `db` sleeps in the hold trigger; returns its pid.
+async fn sleeping_backend(db: &TestDb) -> i32 {
+    let admin = db.client().await;
+    let started = Instant::now();
+    loop {
+        let row = admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'PgSleep'",
+                &[&db.name],
+            )
+            .await
+            .expect("activity");
+        if let Some(row) = row {
+            return row.get(0);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no delivery reached the hold"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn wait_gone(db: &TestDb, pid: i32) {
+    let admin = db.client().await;
+    let started = Instant::now();
+    while admin
+        .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .expect("activity")
+        .is_some()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "backend {pid} outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn signed_event(body: &[u8]) -> Value {
+    let mut event = v2_event(
+        "POST",
+        "/webhooks/stripe",
+        &[("content-type", "application/json")],
+        body,
+        false,
+    );
+    resign(&mut event, now()).expect("sign");
+    event
+}
+
+async fn invoke(api: &RuntimeApi, event: &Value) -> (u64, String) {
+    match api
+        .invoke(event.to_string(), Duration::from_secs(30))
+        .await
+        .expect("answer")
+    {
+        Outcome::Response(p) => {
+            let p: Value = serde_json::from_slice(&p).expect("json");
+            let body: Value = serde_json::from_str(p["body"].as_str().unwrap_or("")).expect("body");
+            (
+                p["statusCode"].as_u64().unwrap_or(0),
+                body["disposition"].as_str().unwrap_or("").to_owned(),
+            )
+        }
+        Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
+    }
+}
+
+async fn ledger(db: &TestDb, id: &str) -> i64 {
+    db.count(&format!(
+        "SELECT count(*) FROM processed_events WHERE event_id = '{id}'"
+    ))
+    .await
+}
+
+/// Kills the real binary with SIGKILL while its delivery sleeps inside the transaction, then
+/// redelivers to a fresh instance. Returns how many killed deliveries had committed anyway.
+async fn crash_loop(table: &str, rounds: u64) -> (u64, String) {
+    let db = TestDb::new().await;
+    install_hold(&db, table, 0.4).await;
+    let f = function("stripe");
+    let binary = binaries().await.join(f.binary);
+    let env = [
+        ("DATABASE_URL", db.function_url.as_str()),
+        (f.secret_var, f.dev_secret),
+    ];
+    let mut committed_anyway = 0;
+    let mut output = String::new();
+    for round in 0..rounds {
+        let id = format!("evt_crash_{round}");
+        let event = signed_event(&invoice_paid(&id, "cus_crash", 100));
+        set_hold(&db, true).await;
+        let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+        let mut victim = api
+            .command(&binary, &env)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let pending = {
+            let (api, event) = (Arc::clone(&api), event.clone());
+            tokio::spawn(async move { api.invoke(event.to_string(), Duration::from_secs(5)).await })
+        };
+        let pid = sleeping_backend(&db).await;
+        victim.start_kill().expect("SIGKILL");
+        let killed = victim.wait_with_output().await.expect("reaped");
+        output.push_str(&String::from_utf8_lossy(&killed.stdout));
+        wait_gone(&db, pid).await;
+        assert!(
+            pending.await.expect("task").is_err(),
+            "a killed function never answered"
+        );
+        let after_kill = ledger(&db, &id).await;
+        if table == "processed_events" {
+            assert_eq!(
+                after_kill, 0,
+                "round {round}: the claim died with its client"
+            );
+        }
+        committed_anyway += u64::try_from(after_kill).expect("count");
+        set_hold(&db, false).await;
+        // The sender's retry reaches another (fresh) execution environment.
+        let retry_env = RuntimeApi::start(f.binary).await.expect("api");
+        let _instance = retry_env
+            .command(&binary, &env)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let expected = if after_kill == 1 {
+            "duplicate"
+        } else {
+            "processed"
+        };
+        assert_eq!(
+            invoke(&retry_env, &event).await,
+            (200, expected.into()),
+            "round {round}"
+        );
+        assert_eq!(ledger(&db, &id).await, 1, "round {round}");
+        let credited = db
+            .count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
+            .await;
+        assert_eq!(
+            credited,
+            100 * i64::try_from(round + 1).expect("n"),
+            "round {round}: credited once"
+        );
+    }
+    eprintln!(
+        "crash inside {table}: {rounds} kills, {committed_anyway} had committed anyway, every event applied once"
+    );
+    (committed_anyway, output)
+}
+
+#[tokio::test]
+async fn a_function_killed_after_its_claim_leaves_nothing_and_the_retry_applies_once() {
+    let rounds = iterations(5);
+    let (committed, output) = crash_loop("processed_events", rounds).await;
+    assert_eq!(committed, 0);
+    // Nothing the killed processes printed carries a secret or a signature.
+    assert!(!output.contains(function("stripe").dev_secret));
+}
+
+#[tokio::test]
+async fn a_function_killed_inside_its_effect_applies_it_once_whichever_way_the_commit_went() {
+    // The COMMIT is pipelined behind the effect, so it may already be in the server's buffer
+    // when the client dies: either outcome is correct as long as the effect happens once.
+    let rounds = iterations(5);
+    let (committed, _) = crash_loop("customers", rounds).await;
+    assert!(committed <= rounds);
+}
+
+#[tokio::test]
+async fn a_lost_acknowledgement_is_answered_duplicate_on_redelivery() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_lost_ack", "cus_ack", 250);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    // The sender gives up waiting before the answer: the delivery is dropped mid-flight or
+    // its answer is lost, whichever happens first.
+    let first = tokio::time::timeout(
+        Duration::from_millis(1),
+        receiver.handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            &body,
+        )),
+    )
+    .await;
+    let first_committed = ledger(&db, "evt_lost_ack").await;
+    let again = receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            &body,
+        ))
+        .await;
+    let disposition =
+        serde_json::from_slice::<Value>(again.body()).expect("json")["disposition"].clone();
+    assert_eq!(again.status().as_u16(), 200);
+    if first.is_ok() || first_committed == 1 {
+        assert_eq!(disposition, "duplicate");
+    }
+    assert_eq!(ledger(&db, "evt_lost_ack").await, 1);
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        250
+    );
+    // And a delivery whose answer is simply never read (completed, then ignored).
+    let _ignored = receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            &body,
+        ))
+        .await;
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        250
+    );
+}
+
+#[tokio::test]
+async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_process_recovers() {
+    let dir = std::env::temp_dir().join(format!("claimonce-downtime-{}", std::process::id()));
+    let options = Options {
+        keep: true,
+        settings: vec![("fsync".into(), "off".into())],
+        port: None,
+    };
+    let opts = options.clone();
+    let dir2 = dir.clone();
+    let pg = tokio::task::spawn_blocking(move || Postgres::start(&dir2, &opts))
+        .await
+        .expect("task")
+        .expect("start");
+    let url = pg.url("postgres");
+    let mut admin = Settings::from_url(&url, None, claimonce_tests::db::test_timeouts())
+        .expect("s")
+        .connect()
+        .await
+        .expect("c");
+    claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
+        .await
+        .expect("migrate");
+    drop(admin);
+    let timeouts = Timeouts::new(
+        Duration::from_millis(500),
+        Duration::from_millis(1500),
+        Duration::from_millis(1000),
+        Duration::from_millis(500),
+        Duration::from_millis(1000),
+    );
+    let settings = Settings::from_url(&url, None, timeouts).expect("settings");
+    let receiver = Receiver::new(
+        stripe(),
+        Database::new(settings),
+        Limits::default(),
+        Log::capture().0,
+    );
+    let send = |id: String| {
+        let body = invoice_paid(&id, "cus_down", 10);
+        let sig = stripe_header(STRIPE_SECRET, now(), &body);
+        post("/webhooks/stripe", &[("stripe-signature", &sig)], &body)
+    };
+    assert_eq!(
+        receiver
+            .handle(send("evt_up_0".into()))
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+
+    let port = pg.port;
+    tokio::task::spawn_blocking(move || pg.stop())
+        .await
+        .expect("task")
+        .expect("stop");
+    let mut failed = Vec::new();
+    for i in 0..5 {
+        let id = format!("evt_down_{i}");
+        let started = Instant::now();
+        let status = receiver.handle(send(id.clone())).await.status().as_u16();
+        let took = started.elapsed();
+        assert_eq!(status, 500, "{id}");
+        assert!(took < Duration::from_secs(4), "{id} took {took:?}");
+        failed.push(id);
+    }
+
+    let restart = Options {
+        port: Some(port),
+        ..options
+    };
+    let dir3 = dir.clone();
+    let pg = tokio::task::spawn_blocking(move || Postgres::start(&dir3, &restart))
+        .await
+        .expect("task")
+        .expect("restart");
+    // The same warm receiver: its dead connection is replaced on the next delivery.
+    assert_eq!(
+        receiver
+            .handle(send("evt_up_1".into()))
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+    // The sender retries what failed; all of it lands, once.
+    for id in &failed {
+        assert_eq!(
+            receiver.handle(send(id.clone())).await.status().as_u16(),
+            200,
+            "{id}"
+        );
+    }
+    let check = Settings::from_url(&url, None, claimonce_tests::db::test_timeouts())
+        .expect("s")
+        .connect()
+        .await
+        .expect("c");
+    let rows: i64 = check
+        .query_one("SELECT count(*) FROM processed_events", &[])
+        .await
+        .expect("q")
+        .get(0);
+    let credit: i64 = check
+        .query_one("SELECT credit_balance_cents FROM customers", &[])
+        .await
+        .expect("q")
+        .get(0);
+    assert_eq!((rows, credit), (7, 70));
+    drop(check);
+    tokio::task::spawn_blocking(move || pg.stop())
+        .await
+        .expect("task")
+        .expect("stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn slow_twin(lock_timeout: Duration) -> ((u16, String), Duration, (u16, String)) {
+    let db = TestDb::new().await;
+    install_hold(&db, "customers", 1.5).await;
+    set_hold(&db, true).await;
+    let timeouts = Timeouts::new(
+        Duration::from_secs(2),
+        Duration::from_secs(6),
+        Duration::from_secs(4),
+        lock_timeout,
+        Duration::from_secs(5),
+    );
+    let environment = || {
+        let settings =
+            Settings::from_url(&db.function_url, None, timeouts.clone()).expect("settings");
+        Arc::new(Receiver::new(
+            stripe(),
+            Database::new(settings),
+            Limits::default(),
+            Log::capture().0,
+        ))
+    };
+    let (first, twin) = (environment(), environment());
+    twin.warm_up().await;
+    let body = Arc::new(invoice_paid("evt_twin", "cus_twin", 42));
+    let deliver = |r: Arc<Receiver<Stripe>>, body: Arc<Vec<u8>>| async move {
+        let sig = stripe_header(STRIPE_SECRET, now(), &body);
+        let response = r
+            .handle(post(
+                "/webhooks/stripe",
+                &[("stripe-signature", &sig)],
+                &body,
+            ))
+            .await;
+        let d = serde_json::from_slice::<Value>(response.body()).expect("json");
+        (
+            response.status().as_u16(),
+            d["disposition"].as_str().unwrap_or("error").to_owned(),
+        )
+    };
+    let slow = tokio::spawn(deliver(Arc::clone(&first), Arc::clone(&body)));
+    sleeping_backend(&db).await;
+    let started = Instant::now();
+    let twin_answer = deliver(Arc::clone(&twin), Arc::clone(&body)).await;
+    let waited = started.elapsed();
+    let first_answer = slow.await.expect("task");
+    assert_eq!(first_answer, (200, "processed".into()));
+    set_hold(&db, false).await;
+    // Whatever the twin answered, a redelivery settles it and the effect happened once.
+    let retry = deliver(twin, body).await;
+    assert_eq!(retry, (200, "duplicate".into()));
+    assert_eq!(ledger(&db, "evt_twin").await, 1);
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        42
+    );
+    (twin_answer, waited, first_answer)
+}
+
+#[tokio::test]
+async fn a_twin_of_a_slow_delivery_waits_at_most_the_lock_timeout() {
+    let (twin, waited, _) = slow_twin(Duration::from_millis(300)).await;
+    // lock_timeout fired: a 500 the sender retries, long before the first one finished.
+    assert_eq!(twin.0, 500, "{twin:?}");
+    assert!(waited < Duration::from_millis(1400), "waited {waited:?}");
+}
+
+#[tokio::test]
+async fn a_twin_with_a_longer_lock_timeout_waits_and_answers_duplicate() {
+    let (twin, _, _) = slow_twin(Duration::from_secs(3)).await;
+    assert_eq!(twin, (200, "duplicate".into()));
+}
+
+/// A tiny deterministic generator, so a failing storm can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[tokio::test]
+async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
+    let events = std::env::var("CLAIMONCE_STORM_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_u64);
+    let environments = 32;
+    let db = TestDb::new().await;
+    // About 5% of effect attempts fail (as a deadlock or a failover would); the sender retries.
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION flaky() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF random() < 0.05 THEN RAISE EXCEPTION 'injected failure'; END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER flaky BEFORE INSERT OR UPDATE ON customers
+                 FOR EACH ROW EXECUTE FUNCTION flaky();",
+        )
+        .await
+        .expect("flaky trigger");
+    let mut rng = XorShift(0x5eed_cafe_f00d_d00d);
+    let mut expected_credit = 0_i64;
+    let mut bodies = Vec::new();
+    for i in 0..events {
+        // Invoices credit a small set of hot customers; checkouts provision new ones.
+        if i % 3 == 0 {
+            bodies.push(checkout_completed(
+                &format!("evt_s{i}"),
+                &format!("cus_new_{i}"),
+                "x@example.com",
+            ));
+        } else {
+            let amount = i64::try_from(1 + rng.below(1000)).expect("amount");
+            expected_credit += amount;
+            bodies.push(invoice_paid(
+                &format!("evt_s{i}"),
+                &format!("cus_hot_{}", rng.below(8)),
+                amount,
+            ));
+        }
+    }
+    // Every event is delivered 1 to 4 times; copies land close together.
+    let mut queue = VecDeque::new();
+    for (i, _) in bodies.iter().enumerate() {
+        for _ in 0..=rng.below(4) {
+            queue.push_back(i);
+        }
+    }
+    let mut shuffled: Vec<usize> = queue.into_iter().collect();
+    for i in (1..shuffled.len()).rev() {
+        let j = usize::try_from(rng.below(u64::try_from(i + 1).expect("n"))).expect("j");
+        shuffled.swap(i, j);
+    }
+    let deliveries = shuffled.len();
+    let queue = Arc::new(Mutex::new(VecDeque::from(shuffled)));
+    let bodies = Arc::new(bodies);
+    let counts = Arc::new([
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ]);
+    let started = Instant::now();
+    let receivers = (0..environments).map(|_| db.receiver(stripe()).0).collect();
+    all_at_once(receivers, |r| {
+        let (queue, bodies, counts) =
+            (Arc::clone(&queue), Arc::clone(&bodies), Arc::clone(&counts));
+        async move {
+            loop {
+                let Some(i) = queue.lock().await.pop_front() else {
+                    break;
+                };
+                let body = &bodies[i];
+                let sig = stripe_header(STRIPE_SECRET, now(), body);
+                let response = r
+                    .handle(post(
+                        "/webhooks/stripe",
+                        &[("stripe-signature", &sig)],
+                        body,
+                    ))
+                    .await;
+                let slot = match (
+                    response.status().as_u16(),
+                    serde_json::from_slice::<Value>(response.body()).ok(),
+                ) {
+                    (200, Some(b)) if b["disposition"] == "processed" => 0,
+                    (200, _) => 1,
+                    (500, _) => {
+                        // The sender retries a 500 later.
+                        queue.lock().await.push_back(i);
+                        2
+                    }
+                    _ => 3,
+                };
+                counts[slot].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let elapsed = started.elapsed();
+    let [processed, duplicate, retried, other] = counts
+        .as_ref()
+        .each_ref()
+        .map(|c| c.load(Ordering::Relaxed));
+    eprintln!(
+        "storm: {events} events, {deliveries} deliveries + {retried} retries after injected failures, \
+         {environments} environments, {elapsed:?}: processed {processed}, duplicate {duplicate}"
+    );
+    assert_eq!(other, 0, "no request was rejected");
+    assert_eq!(processed, events, "each event processed exactly once");
+    assert_eq!(
+        processed + duplicate,
+        u64::try_from(deliveries).expect("n"),
+        "every delivery answered 200 in the end"
+    );
+    assert!(retried > 0, "the injected failures happened");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        i64::try_from(events).expect("n")
+    );
+    assert_eq!(
+        db.count("SELECT count(DISTINCT event_id) FROM processed_events")
+            .await,
+        i64::try_from(events).expect("n")
+    );
+    assert_eq!(
+        db.count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
+            .await,
+        expected_credit
+    );
+    let checkouts = i64::try_from(events.div_ceil(3)).expect("n");
+    assert_eq!(
+        db.count("SELECT count(*) FROM customers WHERE stripe_customer_id LIKE 'cus_new_%'")
+            .await,
+        checkouts
+    );
+}
