@@ -1,27 +1,5 @@
-//! The files in `migrations/`, compiled in, in the order they apply.
+//! The files in `migrations/`, compiled in, in the order they apply. They live in the
+//! `claimonce-migrations` crate (so the `migrate` Lambda function can carry them without this
+//! crate's server code); this module keeps `claimonce_local::migrations::ALL` working.
 
-use claimonce::migrate::Migration;
-
-macro_rules! migration {
-    ($version:literal, $name:literal) => {
-        Migration {
-            version: $version,
-            name: $name,
-            sql: include_str!(concat!(
-                "../../migrations/V",
-                stringify!($version),
-                "__",
-                $name,
-                ".sql"
-            )),
-        }
-    };
-}
-
-/// Every migration of the project.
-pub const ALL: &[Migration] = &[
-    migration!(1, "ledger"),
-    migration!(2, "stripe"),
-    migration!(3, "resend"),
-    migration!(4, "roles"),
-];
+pub use claimonce_migrations::{ALL, latest};

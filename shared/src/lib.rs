@@ -14,6 +14,7 @@ pub mod migrate;
 pub mod pipeline;
 pub mod receiver;
 pub mod response;
+pub mod scheduled;
 pub mod verify;
 
 pub use lambda::serve;

@@ -1,0 +1,143 @@
+//! The CloudFormation custom-resource protocol: the request CloudFormation invokes the function
+//! with, and the response it waits for, PUT to the request's pre-signed `ResponseURL`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A custom-resource request (the fields this function reads).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Request {
+    /// `Create`, `Update` or `Delete`.
+    pub request_type: String,
+    /// The pre-signed S3 URL the response goes to.
+    #[serde(rename = "ResponseURL")]
+    pub response_url: String,
+    /// Echoed in the response.
+    pub stack_id: String,
+    /// Echoed in the response.
+    pub request_id: String,
+    /// Echoed in the response.
+    pub logical_resource_id: String,
+    /// Set on `Update` and `Delete`: the id this resource answered before.
+    #[serde(default)]
+    pub physical_resource_id: Option<String>,
+}
+
+impl Request {
+    /// Reads a custom-resource request; `None` when `event` is not one (a plain invoke).
+    pub fn from_event(event: &Value) -> Option<Self> {
+        if event.get("ResponseURL").is_none() || event.get("RequestType").is_none() {
+            return None;
+        }
+        serde_json::from_value(event.clone()).ok()
+    }
+}
+
+/// `SUCCESS` or `FAILED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    /// The resource operation succeeded.
+    Success,
+    /// It failed; `Reason` says why, and CloudFormation rolls the stack back.
+    Failed,
+}
+
+/// The response body CloudFormation expects.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Response {
+    /// The outcome.
+    pub status: Status,
+    /// Shown in the stack's events; required when failed. Data-free.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The resource's id; the same on every update, or CloudFormation would replace it.
+    pub physical_resource_id: String,
+    /// From the request.
+    pub stack_id: String,
+    /// From the request.
+    pub request_id: String,
+    /// From the request.
+    pub logical_resource_id: String,
+    /// Values readable with `Fn::GetAtt`.
+    pub data: Map<String, Value>,
+}
+
+/// Why the response could not be delivered.
+#[derive(Debug)]
+pub struct PutFailed(pub String);
+
+impl std::fmt::Display for PutFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "could not deliver the custom-resource response: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PutFailed {}
+
+/// How long one PUT may take, and how many are tried.
+const PUT_TIMEOUT: Duration = Duration::from_secs(10);
+const PUT_ATTEMPTS: u32 = 3;
+
+/// PUTs `response` to `url`, retrying a few times: CloudFormation waits for this PUT (up to
+/// the resource's ServiceTimeout), so a lost one stalls the deployment.
+///
+/// No `Content-Type` header is sent: the URL is pre-signed for a PUT without one.
+pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
+    let body = serde_json::to_vec(response).map_err(|_| PutFailed("encoding".into()))?;
+    let client = https_client()?;
+    let mut last = String::new();
+    for attempt in 0..PUT_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+        }
+        let request = http::Request::put(url)
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(Bytes::from(body.clone())))
+            .map_err(|_| PutFailed("the ResponseURL is not a valid URL".into()))?;
+        match tokio::time::timeout(PUT_TIMEOUT, client.request(request)).await {
+            Ok(Ok(answer)) if answer.status().is_success() => {
+                // Drain the body so the exchange completes cleanly.
+                let _ = answer.into_body().collect().await;
+                return Ok(());
+            }
+            Ok(Ok(answer)) => last = format!("status {}", answer.status().as_u16()),
+            Ok(Err(e)) => last = format!("request failed: {e}"),
+            Err(_) => last = "timed out".into(),
+        }
+    }
+    Err(PutFailed(last))
+}
+
+type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+fn https_client() -> Result<Client<Https, Full<Bytes>>, PutFailed> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    // The same single crypto provider as the database connection (aws-lc-rs).
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| PutFailed("TLS protocol versions unavailable".into()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // https for CloudFormation's S3 URL; plain http is accepted for a loopback test server.
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}

@@ -1,0 +1,548 @@
+//! The outbox relay: hands the messages that webhook effects wrote to `outbox` (in their
+//! claim transaction) on to another system, each once, with the row id as its idempotency key.
+//!
+//! One run claims a batch of undispatched rows with `SELECT … FOR UPDATE SKIP LOCKED` in a
+//! transaction, gives each row to a [`Dispatch`], marks the sent ones `dispatched_at = now()`,
+//! counts an attempt (and keeps a data-free error) on the failed ones, and commits; then the
+//! next batch, while the time budget allows. Several relays at once never take the same row:
+//! a row locked by one is skipped by the others, and once committed it is no longer
+//! undispatched.
+//!
+//! Delivery is at least once, not exactly once: a relay that dies after a send and before
+//! its commit sends that row again on the next run. So the key travels with every message
+//! (SQS FIFO deduplicates on it for five minutes; consumers must too, for ever).
+//!
+//! The transaction is held open across the sends, against the project's rule for deliveries,
+//! deliberately: it locks only the claimed outbox rows, which nothing else waits on (the
+//! receivers only insert new rows), and its lifetime is bounded by the time budget.
+
+pub mod sqs;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use claimonce::config::{self, ConfigError};
+use claimonce::db::{Settings, Timeouts};
+use claimonce::log::Log;
+use claimonce::scheduled::{self, Budget, Metric};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// The binary's name, the `Function` dimension's value outside Lambda.
+pub const FUNCTION: &str = "outbox-relay";
+
+/// One outbox message, as the relay hands it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The row id: the message's idempotency key.
+    pub id: i64,
+    /// What the message is (`email.welcome`, ...).
+    pub topic: String,
+    /// The payload, as JSON text.
+    pub payload: String,
+    /// When the effect wrote it (RFC 3339, UTC).
+    pub created_at: String,
+    /// Send attempts before this one.
+    pub attempts: i32,
+    /// The webhook provider whose event wrote it, if any.
+    pub provider: Option<String>,
+    /// That event's id, if any.
+    pub event_id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    id: String,
+    topic: &'a str,
+    created_at: &'a str,
+    provider: Option<&'a str>,
+    event_id: Option<&'a str>,
+    payload: &'a RawValue,
+}
+
+impl OutboxRow {
+    /// The idempotency key consumers deduplicate on: the row id, in decimal.
+    pub fn idempotency_key(&self) -> String {
+        self.id.to_string()
+    }
+
+    /// The message as sent: `{"id", "topic", "created_at", "provider", "event_id", "payload"}`,
+    /// the payload verbatim. `None` only if the payload is not JSON, which `jsonb` rules out.
+    pub fn message_body(&self) -> Option<String> {
+        let payload: &RawValue = serde_json::from_str(&self.payload).ok()?;
+        serde_json::to_string(&Envelope {
+            id: self.idempotency_key(),
+            topic: &self.topic,
+            created_at: &self.created_at,
+            provider: self.provider.as_deref(),
+            event_id: self.event_id.as_deref(),
+            payload,
+        })
+        .ok()
+    }
+}
+
+/// Where messages go. Implementations must be safe to call again with the same row (the
+/// relay delivers at least once) and should pass [`OutboxRow::idempotency_key`] along.
+pub trait Dispatch: Send + Sync {
+    /// A failure; its `Display` is stored in `outbox.last_error` and must hold no payload
+    /// data and no secret.
+    type Error: std::fmt::Display;
+
+    /// Hands one row on; `Ok` means the receiving system has it.
+    fn send(&self, row: &OutboxRow) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// How a run works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Rows claimed per transaction (`OUTBOX_BATCH_SIZE`, default 25).
+    pub batch_size: u32,
+    /// Longest wait for one send (`OUTBOX_SEND_TIMEOUT_MS`, default 5000).
+    pub send_timeout: Duration,
+}
+
+impl Options {
+    /// From the environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let batch = config::number("OUTBOX_BATCH_SIZE", 25)?;
+        let send_ms = config::number("OUTBOX_SEND_TIMEOUT_MS", 5000)?;
+        if !(1..=1000).contains(&batch) || send_ms == 0 {
+            return Err(ConfigError(
+                "OUTBOX_BATCH_SIZE must be between 1 and 1000 and OUTBOX_SEND_TIMEOUT_MS above 0"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            batch_size: u32::try_from(batch).unwrap_or(25),
+            send_timeout: Duration::from_millis(send_ms),
+        })
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            batch_size: 25,
+            send_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Report {
+    /// Rows sent and marked.
+    pub dispatched: u64,
+    /// Rows whose send failed (left undispatched, attempt counted).
+    pub failed: u64,
+    /// Transactions committed.
+    pub batches: u32,
+    /// True when the run reached the end of the queue (rows other relays held excepted).
+    pub finished: bool,
+    /// Age in seconds of the oldest row still undispatched after the run (0 when none).
+    pub oldest_pending_seconds: f64,
+    /// Why the run stopped early (database trouble), data-free.
+    pub error: Option<String>,
+}
+
+impl Report {
+    /// The invocation's result.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "dispatched": self.dispatched,
+            "failed": self.failed,
+            "batches": self.batches,
+            "finished": self.finished,
+            "oldest_pending_seconds": self.oldest_pending_seconds,
+        })
+    }
+}
+
+// Rows after the run's cursor, in id order, skipping any another relay holds. The cursor makes
+// a run visit each row at most once, so a failing row is retried by the next run, not in a
+// tight loop by this one.
+const CLAIM: &str = "SELECT id, topic, payload::text, \
+     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
+     attempts, provider, event_id \
+     FROM outbox WHERE dispatched_at IS NULL AND id > $1 ORDER BY id LIMIT $2 \
+     FOR UPDATE SKIP LOCKED";
+const MARK_SENT: &str = "UPDATE outbox SET dispatched_at = now(), attempts = attempts + 1, \
+     last_attempt_at = now(), last_error = NULL WHERE id = ANY($1)";
+const MARK_FAILED: &str = "UPDATE outbox AS o SET attempts = o.attempts + 1, \
+     last_attempt_at = now(), last_error = f.error \
+     FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
+const OLDEST_PENDING: &str = "BEGIN; SET LOCAL ROLE claimonce_relay; \
+     SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8::text \
+     FROM (SELECT created_at FROM outbox WHERE dispatched_at IS NULL ORDER BY id LIMIT 1) AS o; \
+     COMMIT";
+
+/// Longest `last_error` kept: enough for an error code and a sentence.
+const MAX_ERROR_LEN: usize = 500;
+
+fn summary(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("sqlstate {}", db.code().code()),
+        None if error.is_closed() => "connection closed".into(),
+        None => "connection error".into(),
+    }
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() > MAX_ERROR_LEN {
+        let mut end = MAX_ERROR_LEN;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// One batch's outcome.
+struct Batch {
+    claimed: usize,
+    last_id: Option<i64>,
+    sent: Vec<i64>,
+    failed: Vec<(i64, String)>,
+    out_of_time: bool,
+}
+
+async fn run_batch<D: Dispatch>(
+    client: &Client,
+    timeouts: &Timeouts,
+    options: &Options,
+    dispatch: &D,
+    budget: &Budget,
+    after: i64,
+) -> Result<Batch, tokio_postgres::Error> {
+    // The session may sit idle in this transaction while it sends: allow that for as long as
+    // the budget (plus one send) lasts, and no longer.
+    let idle = budget.remaining() + options.send_timeout + Duration::from_secs(2);
+    let begin = format!(
+        "{}; SET LOCAL ROLE claimonce_relay; SET LOCAL idle_in_transaction_session_timeout = {}",
+        timeouts.begin_sql(),
+        idle.as_millis()
+    );
+    let limit = i64::from(options.batch_size);
+    // BEGIN and the claim go out together, as in a delivery's first flight.
+    let (begun, claimed) = futures_util::future::join(
+        client.batch_execute(&begin),
+        client.query_typed(CLAIM, &[(&after, Type::INT8), (&limit, Type::INT8)]),
+    )
+    .await;
+    let rows = begun.and(claimed)?;
+    let mut batch = Batch {
+        claimed: rows.len(),
+        last_id: None,
+        sent: Vec::new(),
+        failed: Vec::new(),
+        out_of_time: false,
+    };
+    for row in &rows {
+        let row = OutboxRow {
+            id: row.try_get(0)?,
+            topic: row.try_get(1)?,
+            payload: row.try_get(2)?,
+            created_at: row.try_get(3)?,
+            attempts: row.try_get(4)?,
+            provider: row.try_get(5)?,
+            event_id: row.try_get(6)?,
+        };
+        if !budget.allows_more() {
+            // Unsent rows are released at COMMIT, untouched, for the next run.
+            batch.out_of_time = true;
+            break;
+        }
+        batch.last_id = Some(row.id);
+        match tokio::time::timeout(options.send_timeout, dispatch.send(&row)).await {
+            Ok(Ok(())) => batch.sent.push(row.id),
+            Ok(Err(e)) => batch.failed.push((row.id, truncate(e.to_string()))),
+            Err(_) => batch.failed.push((row.id, "send timed out".into())),
+        }
+    }
+    if !batch.sent.is_empty() {
+        client
+            .execute_typed(MARK_SENT, &[(&batch.sent, Type::INT8_ARRAY)])
+            .await?;
+    }
+    if !batch.failed.is_empty() {
+        let (ids, errors): (Vec<i64>, Vec<String>) = batch.failed.iter().cloned().unzip();
+        client
+            .execute_typed(
+                MARK_FAILED,
+                &[(&ids, Type::INT8_ARRAY), (&errors, Type::TEXT_ARRAY)],
+            )
+            .await?;
+    }
+    client.batch_execute("COMMIT").await?;
+    Ok(batch)
+}
+
+/// Relays undispatched rows, batch by batch, while `budget` allows.
+pub async fn relay<D: Dispatch>(
+    client: &Client,
+    timeouts: &Timeouts,
+    options: &Options,
+    dispatch: &D,
+    budget: &Budget,
+) -> Report {
+    let mut report = Report::default();
+    let mut after = 0_i64;
+    loop {
+        if !budget.allows_more() {
+            break;
+        }
+        let outcome = tokio::time::timeout(
+            budget.remaining() + options.send_timeout + timeouts.delivery,
+            run_batch(client, timeouts, options, dispatch, budget, after),
+        )
+        .await;
+        let batch = match outcome {
+            Ok(Ok(batch)) => batch,
+            Ok(Err(e)) => {
+                // The sends of this batch may have happened; their rows stay undispatched
+                // and go out again (the idempotency key makes that harmless).
+                let _ = client.batch_execute("ROLLBACK").await;
+                report.error = Some(summary(&e));
+                break;
+            }
+            Err(_) => {
+                report.error = Some("batch timed out".into());
+                break;
+            }
+        };
+        report.batches += 1;
+        report.dispatched += batch.sent.len() as u64;
+        report.failed += batch.failed.len() as u64;
+        if batch.out_of_time {
+            break;
+        }
+        if batch.claimed < options.batch_size as usize {
+            report.finished = true;
+            break;
+        }
+        match batch.last_id {
+            Some(id) => after = id,
+            None => break,
+        }
+    }
+    if report.error.is_none() {
+        match oldest_pending(client, timeouts).await {
+            Ok(age) => report.oldest_pending_seconds = age,
+            Err(e) => report.error = Some(e),
+        }
+    }
+    report
+}
+
+/// Age in seconds of the oldest undispatched row (0 when there is none).
+pub async fn oldest_pending(client: &Client, timeouts: &Timeouts) -> Result<f64, String> {
+    let answer = tokio::time::timeout(timeouts.delivery, client.simple_query(OLDEST_PENDING))
+        .await
+        .map_err(|_| "backlog query timed out".to_owned())?;
+    let messages = match answer {
+        Ok(messages) => messages,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(summary(&e));
+        }
+    };
+    messages
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+            _ => None,
+        })
+        .ok_or_else(|| "backlog query returned nothing".to_owned())
+}
+
+/// The relay as a Lambda function.
+#[derive(Debug)]
+pub struct Relay<D> {
+    settings: Settings,
+    options: Options,
+    dispatch: D,
+    log: Log,
+    function: String,
+}
+
+/// Why an invocation failed (reported to Lambda, so the Errors alarm sees it).
+#[derive(Debug)]
+pub struct RelayFailed(pub String);
+
+impl std::fmt::Display for RelayFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "outbox relay failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for RelayFailed {}
+
+impl<D: Dispatch> Relay<D> {
+    /// Assembles a relay. `function` is the `Function` metric dimension.
+    pub fn new(
+        settings: Settings,
+        options: Options,
+        dispatch: D,
+        log: Log,
+        function: String,
+    ) -> Self {
+        Self {
+            settings,
+            options,
+            dispatch,
+            log,
+            function,
+        }
+    }
+
+    /// Kept before the invocation's deadline: one send, one database step and the report.
+    pub fn margin(&self) -> Duration {
+        self.options.send_timeout + self.settings.timeouts().delivery + Duration::from_secs(1)
+    }
+
+    /// One run: connect, relay within `budget`, log one JSON line with the metrics, return
+    /// the report. Database trouble is an error, after the line is logged; failed sends are
+    /// not (they are counted, kept and retried).
+    pub async fn run(&self, budget: &Budget) -> Result<Report, RelayFailed> {
+        let started = Instant::now();
+        let report = match self.settings.connect().await {
+            Ok(client) => {
+                relay(
+                    &client,
+                    self.settings.timeouts(),
+                    &self.options,
+                    &self.dispatch,
+                    budget,
+                )
+                .await
+            }
+            Err(e) => Report {
+                error: Some(e.to_string()),
+                ..Report::default()
+            },
+        };
+        self.write(&report, started);
+        match &report.error {
+            Some(e) => Err(RelayFailed(e.clone())),
+            None => Ok(report),
+        }
+    }
+
+    fn write(&self, report: &Report, started: Instant) {
+        let mut line = Map::new();
+        line.insert("dispatched".into(), report.dispatched.into());
+        line.insert("failed".into(), report.failed.into());
+        line.insert("batches".into(), report.batches.into());
+        line.insert("finished".into(), report.finished.into());
+        line.insert(
+            "oldest_pending_seconds".into(),
+            report.oldest_pending_seconds.into(),
+        );
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        line.insert("duration_ms".into(), ms.into());
+        if let Some(e) = &report.error {
+            line.insert("error".into(), e.as_str().into());
+        }
+        let metrics = [
+            Metric {
+                name: "OutboxDispatched",
+                unit: "Count",
+                value: report.dispatched as f64,
+            },
+            Metric {
+                name: "OutboxFailed",
+                unit: "Count",
+                value: report.failed as f64,
+            },
+            Metric {
+                name: "OutboxOldestPendingSeconds",
+                unit: "Seconds",
+                value: report.oldest_pending_seconds,
+            },
+        ];
+        scheduled::add_metrics(&mut line, &self.function, &metrics);
+        let level = if report.error.is_some() {
+            "error"
+        } else if report.failed > 0 {
+            "warn"
+        } else {
+            "info"
+        };
+        self.log.write(level, "outbox relay", line);
+    }
+}
+
+/// The whole of the function's `main`: settings, options and the SQS dispatcher from the
+/// environment (a bad value is one logged line naming the variable), then one relay run per
+/// invocation, budgeted by the invocation's deadline.
+pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
+    let log = Log::stdout();
+    let built = async {
+        let options = Options::from_env()?;
+        let dispatch = sqs::Sqs::from_env().await?;
+        let settings = Settings::from_env().await?;
+        Ok::<_, ConfigError>(Relay::new(
+            settings,
+            options,
+            dispatch,
+            log.clone(),
+            scheduled::function_name(FUNCTION),
+        ))
+    }
+    .await;
+    let relay = match built {
+        Ok(relay) => relay,
+        Err(e) => {
+            log.write("error", &e.to_string(), Map::new());
+            return Err(e.into());
+        }
+    };
+    let relay = &relay;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let budget = Budget::before_deadline(event.context.deadline(), relay.margin());
+        let report = relay.run(&budget).await?;
+        Ok::<_, lambda_runtime::Error>(report.to_json())
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(payload: &str) -> OutboxRow {
+        OutboxRow {
+            id: 42,
+            topic: "email.welcome".into(),
+            payload: payload.into(),
+            created_at: "2026-11-29T10:00:00.000000Z".into(),
+            attempts: 0,
+            provider: Some("stripe".into()),
+            event_id: Some("evt_1".into()),
+        }
+    }
+
+    #[test]
+    fn the_message_carries_its_key_and_the_payload_verbatim() {
+        let body = row(r#"{"email": "a@example.com", "n": 1.50}"#)
+            .message_body()
+            .expect("body");
+        assert_eq!(
+            body,
+            r#"{"id":"42","topic":"email.welcome","created_at":"2026-11-29T10:00:00.000000Z","provider":"stripe","event_id":"evt_1","payload":{"email": "a@example.com", "n": 1.50}}"#
+        );
+        assert_eq!(row("not json").message_body(), None);
+    }
+
+    #[test]
+    fn stored_errors_are_bounded() {
+        assert_eq!(truncate("é".repeat(400)).len(), 500);
+        assert_eq!(truncate("short".into()), "short");
+    }
+}

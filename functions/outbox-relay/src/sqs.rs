@@ -1,0 +1,83 @@
+//! The production dispatcher: Amazon SQS.
+//!
+//! Every message carries the outbox row id as the `idempotency-key` message attribute (and in
+//! its body). On a FIFO queue (URL ending in `.fifo`) the id is also the
+//! `MessageDeduplicationId`, so a resend within SQS's five-minute window is dropped by SQS
+//! itself, and the `MessageGroupId`, so messages are not held behind one another (the outbox
+//! promises no order).
+
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use claimonce::config::{self, ConfigError};
+
+use crate::{Dispatch, OutboxRow};
+
+/// Sends outbox rows to one SQS queue.
+#[derive(Debug, Clone)]
+pub struct Sqs {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    fifo: bool,
+}
+
+impl Sqs {
+    /// A dispatcher for `queue_url` with the given AWS configuration.
+    pub fn new(config: &aws_config::SdkConfig, queue_url: &str) -> Self {
+        Self {
+            client: aws_sdk_sqs::Client::new(config),
+            queue_url: queue_url.to_owned(),
+            fifo: queue_url.ends_with(".fifo"),
+        }
+    }
+
+    /// From `OUTBOX_QUEUE_URL` and the default AWS configuration (region and credentials of
+    /// the function; `AWS_ENDPOINT_URL_SQS` redirects it, e.g. to a VPC endpoint or a test).
+    pub async fn from_env() -> Result<Self, ConfigError> {
+        let url = config::required("OUTBOX_QUEUE_URL")?;
+        let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Ok(Self::new(&aws, &url))
+    }
+
+    /// True for a FIFO queue.
+    pub fn is_fifo(&self) -> bool {
+        self.fifo
+    }
+}
+
+fn attribute(value: &str) -> Result<MessageAttributeValue, String> {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .map_err(|_| "could not build a message attribute".to_owned())
+}
+
+impl Dispatch for Sqs {
+    type Error = String;
+
+    async fn send(&self, row: &OutboxRow) -> Result<(), String> {
+        let key = row.idempotency_key();
+        let body = row
+            .message_body()
+            .ok_or_else(|| "the payload is not JSON".to_owned())?;
+        let mut request = self
+            .client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .message_attributes("idempotency-key", attribute(&key)?)
+            .message_attributes("topic", attribute(&row.topic)?);
+        if self.fifo {
+            request = request
+                .message_deduplication_id(&key)
+                .message_group_id(&key);
+        }
+        // The SDK's error names the operation, the service's error code and message (for
+        // example AccessDenied or a too-large body), never the message itself.
+        request
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| format!("SQS SendMessage: {}", DisplayErrorContext(&e)))
+    }
+}

@@ -1,0 +1,348 @@
+//! The retention sweep: the only delete the claim ledger ever sees.
+//!
+//! A ledger row must outlive every redelivery of its event, or the redelivery would be applied
+//! again. Stripe retries a failed delivery for up to 3 days and keeps events (which an
+//! operator can resend) for 30 days; Resend (Svix) retries for about a day. Rows older than
+//! `RETENTION_DAYS` (default 90) are past all of that and are removed here, together with
+//! outbox messages delivered longer ago than the same window.
+//!
+//! Every batch is one short transaction in one round trip, running as `claimonce_sweeper`
+//! (`SET LOCAL ROLE`), so the sweep never holds locks for long, can do nothing the sweeper
+//! role may not, and can stop between batches when its time budget runs out. It does not lock
+//! rows before deleting them (`FOR UPDATE SKIP LOCKED` would need UPDATE on the ledger, which
+//! no role has): nothing but another sweep ever locks an old ledger row, the function's
+//! reserved concurrency of 1 rules that out, and `lock_timeout` bounds the wait if it happens.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use claimonce::config::{self, ConfigError};
+use claimonce::db::{Settings, Timeouts};
+use claimonce::log::Log;
+use claimonce::scheduled::{self, Budget, Metric};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde_json::{Map, Value, json};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// The binary's name, the `Function` dimension's value outside Lambda.
+pub const FUNCTION: &str = "retention-sweep";
+
+/// How much to remove per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Rows older than this many days go.
+    pub retention_days: u32,
+    /// Rows removed per batch (one transaction).
+    pub batch_size: u32,
+}
+
+/// The smallest retention accepted: Stripe's retry window is 3 days, and a shorter window
+/// would let a legitimate retry be applied twice.
+pub const MIN_RETENTION_DAYS: u32 = 7;
+
+impl Policy {
+    /// From `RETENTION_DAYS` (default 90, at least [`MIN_RETENTION_DAYS`]) and
+    /// `SWEEP_BATCH_SIZE` (default 5000, 1 to 100000).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let days = config::number("RETENTION_DAYS", 90)?;
+        let batch = config::number("SWEEP_BATCH_SIZE", 5000)?;
+        Self::new(
+            u32::try_from(days).unwrap_or(u32::MAX),
+            u32::try_from(batch).unwrap_or(u32::MAX),
+        )
+    }
+
+    /// Checks the bounds.
+    pub fn new(retention_days: u32, batch_size: u32) -> Result<Self, ConfigError> {
+        if !(MIN_RETENTION_DAYS..=36_500).contains(&retention_days) {
+            return Err(ConfigError(format!(
+                "RETENTION_DAYS must be between {MIN_RETENTION_DAYS} and 36500: a shorter window \
+                 would forget events their senders may still redeliver"
+            )));
+        }
+        if !(1..=100_000).contains(&batch_size) {
+            return Err(ConfigError(
+                "SWEEP_BATCH_SIZE must be between 1 and 100000".into(),
+            ));
+        }
+        Ok(Self {
+            retention_days,
+            batch_size,
+        })
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// Ledger rows removed.
+    pub removed: u64,
+    /// Delivered outbox rows removed.
+    pub outbox_removed: u64,
+    /// Transactions run.
+    pub batches: u32,
+    /// True when nothing older than the window is left; false when the budget ran out (or a
+    /// batch failed) first, and the next run goes on.
+    pub finished: bool,
+    /// Why the run stopped early, data-free (category and SQLSTATE).
+    pub error: Option<String>,
+}
+
+impl Report {
+    /// The invocation's result: `{removed, outbox_removed, batches, finished}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "removed": self.removed,
+            "outbox_removed": self.outbox_removed,
+            "batches": self.batches,
+            "finished": self.finished,
+        })
+    }
+}
+
+/// The tables the sweep prunes, in order.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Ledger,
+    Outbox,
+}
+
+impl Table {
+    /// One batch's statement. Both values are integers we computed, so inlining them is safe;
+    /// the whole batch then goes out as one simple query: one round trip, no prepared
+    /// statement.
+    fn delete(self, cutoff_unix: u64, limit: u32) -> String {
+        match self {
+            Table::Ledger => format!(
+                "WITH gone AS (DELETE FROM processed_events WHERE id IN (\
+                 SELECT id FROM processed_events WHERE received_at < to_timestamp({cutoff_unix}) \
+                 ORDER BY received_at LIMIT {limit}) RETURNING 1) SELECT count(*) FROM gone"
+            ),
+            Table::Outbox => format!(
+                "WITH gone AS (DELETE FROM outbox WHERE id IN (\
+                 SELECT id FROM outbox WHERE dispatched_at < to_timestamp({cutoff_unix}) \
+                 ORDER BY dispatched_at LIMIT {limit}) RETURNING 1) SELECT count(*) FROM gone"
+            ),
+        }
+    }
+}
+
+/// A data-free description of a database error: SQLSTATE (and constraint), never the
+/// server's message, which can quote values.
+fn summary(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("sqlstate {}", db.code().code()),
+        None if error.is_closed() => "connection closed".into(),
+        None => "connection error".into(),
+    }
+}
+
+/// Runs one batch: `BEGIN` with the timeouts, the sweeper role, the delete, `COMMIT`.
+async fn batch(client: &Client, timeouts: &Timeouts, sql: &str) -> Result<u64, String> {
+    let text = format!(
+        "{}; SET LOCAL ROLE claimonce_sweeper; {sql}; COMMIT",
+        timeouts.begin_sql()
+    );
+    let outcome = tokio::time::timeout(timeouts.delivery, client.simple_query(&text)).await;
+    match outcome {
+        Err(_) => Err("batch timed out".into()),
+        Ok(Err(e)) => {
+            // The error skipped the rest of the query, COMMIT included: end the transaction
+            // so the connection is clean (if it is gone, the server rolled back anyway).
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(summary(&e))
+        }
+        Ok(Ok(messages)) => messages
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+                _ => None,
+            })
+            .ok_or_else(|| "the delete returned no count".into()),
+    }
+}
+
+/// Removes, batch by batch, ledger rows received before `now - retention_days`, then outbox
+/// rows dispatched before it, while `budget` allows another batch. The cutoff is fixed at
+/// the start, so a run's work is finite however busy the receivers are.
+pub async fn sweep(
+    client: &Client,
+    timeouts: &Timeouts,
+    policy: &Policy,
+    budget: &Budget,
+) -> Report {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let cutoff = now.saturating_sub(u64::from(policy.retention_days) * 86_400);
+    let mut report = Report::default();
+    for table in [Table::Ledger, Table::Outbox] {
+        let sql = table.delete(cutoff, policy.batch_size);
+        loop {
+            if !budget.allows_more() {
+                return report;
+            }
+            let removed = match batch(client, timeouts, &sql).await {
+                Ok(n) => n,
+                Err(e) => {
+                    report.error = Some(e);
+                    return report;
+                }
+            };
+            report.batches += 1;
+            match table {
+                Table::Ledger => report.removed += removed,
+                Table::Outbox => report.outbox_removed += removed,
+            }
+            // A short batch means nothing older than the cutoff is left in this table.
+            if removed < u64::from(policy.batch_size) {
+                break;
+            }
+        }
+    }
+    report.finished = true;
+    report
+}
+
+/// The sweep as a Lambda function: its database settings, policy and log.
+#[derive(Debug)]
+pub struct Sweeper {
+    settings: Settings,
+    policy: Policy,
+    log: Log,
+    function: String,
+}
+
+/// Why an invocation failed (it is reported to Lambda, so the Errors alarm sees it).
+#[derive(Debug)]
+pub struct SweepFailed(pub String);
+
+impl std::fmt::Display for SweepFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "retention sweep failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for SweepFailed {}
+
+impl Sweeper {
+    /// Assembles a sweeper. `function` is the `Function` metric dimension.
+    pub fn new(settings: Settings, policy: Policy, log: Log, function: String) -> Self {
+        Self {
+            settings,
+            policy,
+            log,
+            function,
+        }
+    }
+
+    /// The margin kept before the invocation's deadline: one batch can take up to the
+    /// delivery timeout, then the report is written.
+    pub fn margin(&self) -> Duration {
+        self.settings.timeouts().delivery + Duration::from_secs(2)
+    }
+
+    /// One run: connect, sweep within `budget`, log one JSON line (with the `SweptRows`
+    /// metric) and return the report. A run that could not connect or whose batch failed is
+    /// an error, after its line is logged.
+    pub async fn run(&self, budget: &Budget) -> Result<Report, SweepFailed> {
+        let started = Instant::now();
+        let report = match self.settings.connect().await {
+            Ok(client) => sweep(&client, self.settings.timeouts(), &self.policy, budget).await,
+            Err(e) => Report {
+                error: Some(e.to_string()),
+                ..Report::default()
+            },
+        };
+        self.write(&report, started);
+        match &report.error {
+            Some(e) => Err(SweepFailed(e.clone())),
+            None => Ok(report),
+        }
+    }
+
+    fn write(&self, report: &Report, started: Instant) {
+        let mut line = Map::new();
+        line.insert("removed".into(), report.removed.into());
+        line.insert("outbox_removed".into(), report.outbox_removed.into());
+        line.insert("batches".into(), report.batches.into());
+        line.insert("finished".into(), report.finished.into());
+        line.insert("retention_days".into(), self.policy.retention_days.into());
+        line.insert("batch_size".into(), self.policy.batch_size.into());
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        line.insert("duration_ms".into(), ms.into());
+        if let Some(e) = &report.error {
+            line.insert("error".into(), e.as_str().into());
+        }
+        // Counts fit an f64 exactly far beyond any realistic ledger.
+        let metrics = [
+            Metric {
+                name: "SweptRows",
+                unit: "Count",
+                value: report.removed as f64,
+            },
+            Metric {
+                name: "SweptOutboxRows",
+                unit: "Count",
+                value: report.outbox_removed as f64,
+            },
+        ];
+        scheduled::add_metrics(&mut line, &self.function, &metrics);
+        let level = if report.error.is_some() {
+            "error"
+        } else {
+            "info"
+        };
+        self.log.write(level, "retention sweep", line);
+    }
+}
+
+/// The whole of the function's `main`: settings and policy from the environment (a bad value
+/// is one logged line naming the variable, and the process ends before any invocation), then
+/// one sweep per invocation, budgeted by the invocation's deadline.
+pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
+    let log = Log::stdout();
+    let built = async {
+        let policy = Policy::from_env()?;
+        let settings = Settings::from_env().await?;
+        Ok::<_, ConfigError>(Sweeper::new(
+            settings,
+            policy,
+            log.clone(),
+            scheduled::function_name(FUNCTION),
+        ))
+    }
+    .await;
+    let sweeper = match built {
+        Ok(sweeper) => sweeper,
+        Err(e) => {
+            log.write("error", &e.to_string(), Map::new());
+            return Err(e.into());
+        }
+    };
+    let sweeper = &sweeper;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let budget = Budget::before_deadline(event.context.deadline(), sweeper.margin());
+        let report = sweeper.run(&budget).await?;
+        Ok::<_, lambda_runtime::Error>(report.to_json())
+    }))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_refuses_a_window_shorter_than_the_senders_retry() {
+        assert_eq!(
+            Policy::new(90, 5000),
+            Ok(Policy {
+                retention_days: 90,
+                batch_size: 5000
+            })
+        );
+        assert!(Policy::new(3, 5000).is_err());
+        assert!(Policy::new(90, 0).is_err());
+        assert!(Policy::new(90, 1_000_000).is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! What the scheduled (non-HTTP) functions share: a time budget taken from the invocation's
+//! deadline, and their one report line in CloudWatch Embedded Metric Format.
+//!
+//! A scheduled job (the retention sweep, the outbox relay) works in small units, each its own
+//! short transaction, and starts another only while its budget allows, so it finishes and
+//! reports before Lambda would kill it. What it did not get to, the next run does.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::metrics::NAMESPACE;
+
+/// When a job must stop starting new units of work.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    stop_at: Instant,
+}
+
+impl Budget {
+    /// A budget that ends at `stop_at` (tests choose it freely).
+    pub fn until(stop_at: Instant) -> Self {
+        Self { stop_at }
+    }
+
+    /// A budget that ends `margin` before the invocation's `deadline` (the Lambda context's
+    /// deadline, a wall-clock time). The margin must cover the longest unit of work plus the
+    /// report, so a unit started just before the budget ends still finishes in time.
+    pub fn before_deadline(deadline: SystemTime, margin: Duration) -> Self {
+        let left = deadline
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+            .saturating_sub(margin);
+        Self {
+            stop_at: Instant::now() + left,
+        }
+    }
+
+    /// True while another unit of work may start.
+    pub fn allows_more(&self) -> bool {
+        Instant::now() < self.stop_at
+    }
+
+    /// Time left in the budget.
+    pub fn remaining(&self) -> Duration {
+        self.stop_at.saturating_duration_since(Instant::now())
+    }
+}
+
+/// One metric of a job's report.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric<'a> {
+    /// Metric name, e.g. `SweptRows`.
+    pub name: &'a str,
+    /// CloudWatch unit, e.g. `Count`, `Seconds`.
+    pub unit: &'a str,
+    /// The value.
+    pub value: f64,
+}
+
+/// The function's name as Lambda sets it (`AWS_LAMBDA_FUNCTION_NAME`), else `default`: the
+/// value of the `Function` dimension, which the template's alarms name with `!Ref`.
+pub fn function_name(default: &str) -> String {
+    crate::config::optional("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|| default.to_owned())
+}
+
+/// Adds `metrics`, in namespace [`NAMESPACE`] with the single dimension `Function`, to a
+/// job's report line: CloudWatch Logs turns the line into metric data points, no SDK call.
+pub fn add_metrics(line: &mut Map<String, Value>, function: &str, metrics: &[Metric<'_>]) {
+    let timestamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+    let definitions: Vec<Value> = metrics
+        .iter()
+        .map(|m| json!({"Name": m.name, "Unit": m.unit}))
+        .collect();
+    line.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["Function"]],
+                "Metrics": definitions
+            }]
+        }),
+    );
+    line.insert("Function".into(), function.into());
+    for m in metrics {
+        line.insert(m.name.into(), m.value.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_ends_a_margin_before_the_deadline() {
+        let deadline = SystemTime::now() + Duration::from_secs(60);
+        let budget = Budget::before_deadline(deadline, Duration::from_secs(10));
+        assert!(budget.allows_more());
+        let left = budget.remaining();
+        assert!(
+            left <= Duration::from_secs(50) && left > Duration::from_secs(48),
+            "{left:?}"
+        );
+        let spent = Budget::before_deadline(deadline, Duration::from_secs(90));
+        assert!(!spent.allows_more());
+        let past = Budget::before_deadline(SystemTime::UNIX_EPOCH, Duration::ZERO);
+        assert!(!past.allows_more());
+    }
+
+    #[test]
+    fn the_report_line_is_embedded_metric_format() {
+        let mut line = Map::new();
+        let metric = Metric {
+            name: "SweptRows",
+            unit: "Count",
+            value: 3.0,
+        };
+        add_metrics(&mut line, "sweep-fn", &[metric]);
+        let directive = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "claimonce");
+        assert_eq!(directive["Dimensions"], json!([["Function"]]));
+        assert_eq!(
+            directive["Metrics"],
+            json!([{"Name": "SweptRows", "Unit": "Count"}])
+        );
+        assert_eq!(line["Function"], "sweep-fn");
+        assert_eq!(line["SweptRows"], 3.0);
+        assert!(line["_aws"]["Timestamp"].as_u64().is_some_and(|t| t > 0));
+    }
+}
