@@ -7,6 +7,8 @@ pub mod aws_stub;
 pub mod db;
 pub mod lambda;
 pub mod proxy;
+pub mod recorder;
+pub mod roles;
 pub mod sign;
 pub mod tls;
 

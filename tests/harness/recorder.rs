@@ -1,0 +1,160 @@
+//! A loopback HTTP server that records every request and answers each with what the test
+//! says: the stand-in for CloudFormation's pre-signed response URL and for the SQS endpoint,
+//! so the real clients (our PUT, the AWS SDK's signed JSON calls) run unchanged in the tests.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+/// One request as it arrived.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// `PUT`, `POST`, ...
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// Header names (lower case) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Recorded {
+    /// The value of header `name`, if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// An answer: status, content type, body.
+pub type Answer = (u16, &'static str, String);
+
+type Respond = Arc<dyn Fn(&Recorded) -> Answer + Send + Sync>;
+
+/// The running server.
+#[derive(Debug)]
+pub struct Recorder {
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Recorder {
+    /// Starts a server that answers every request with `respond(request)`.
+    pub async fn start(respond: impl Fn(&Recorded) -> Answer + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let respond: Respond = Arc::new(respond);
+        let kept = Arc::clone(&requests);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (kept, respond) = (Arc::clone(&kept), Arc::clone(&respond));
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: hyper::Request<Incoming>| {
+                        let (kept, respond) = (Arc::clone(&kept), Arc::clone(&respond));
+                        async move {
+                            let method = request.method().to_string();
+                            let uri = request.uri().to_string();
+                            let headers = request
+                                .headers()
+                                .iter()
+                                .map(|(n, v)| {
+                                    (
+                                        n.as_str().to_owned(),
+                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                                    )
+                                })
+                                .collect();
+                            let body = request
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let recorded = Recorded {
+                                method,
+                                uri,
+                                headers,
+                                body,
+                            };
+                            let (status, content_type, body) = respond(&recorded);
+                            kept.lock().expect("requests").push(recorded);
+                            let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+                            *response.status_mut() =
+                                hyper::StatusCode::from_u16(status).expect("status");
+                            response.headers_mut().insert(
+                                "content-type",
+                                hyper::header::HeaderValue::from_static(content_type),
+                            );
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { url, requests }
+    }
+
+    /// A server that answers `200` with an empty body, as S3 answers a pre-signed PUT.
+    pub async fn ok() -> Self {
+        Self::start(|_| (200, "text/plain", String::new())).await
+    }
+
+    /// An SQS endpoint (JSON 1.0 protocol): `SendMessage` succeeds, except for messages whose
+    /// `idempotency-key` is in `refuse`, which get an `InvalidParameterValue` error.
+    pub async fn sqs(refuse: &[&str]) -> Self {
+        let refuse: Vec<String> = refuse.iter().map(|s| (*s).to_owned()).collect();
+        Self::start(move |request| {
+            let asked = request.json();
+            let target = request.header("x-amz-target").unwrap_or("");
+            let key = asked["MessageAttributes"]["idempotency-key"]["StringValue"]
+                .as_str()
+                .unwrap_or("");
+            if target != "AmazonSQS.SendMessage" || refuse.iter().any(|r| r == key) {
+                return (
+                    400,
+                    "application/x-amz-json-1.0",
+                    json!({
+                        "__type": "com.amazonaws.sqs#InvalidParameterValue",
+                        "message": "refused by the test"
+                    })
+                    .to_string(),
+                );
+            }
+            (
+                200,
+                "application/x-amz-json-1.0",
+                json!({
+                    "MessageId": format!("msg-{key}"),
+                    "MD5OfMessageBody": "00000000000000000000000000000000"
+                })
+                .to_string(),
+            )
+        })
+        .await
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("requests").clone()
+    }
+}

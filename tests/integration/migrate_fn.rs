@@ -1,0 +1,304 @@
+//! Migrations on deploy: the migrate function as a CloudFormation custom resource (its answer
+//! PUT to a loopback stand-in for the pre-signed response URL) and as a one-shot invoke of
+//! the real binary.
+
+use std::time::Duration;
+
+use claimonce::config::ConfigError;
+use claimonce::db::Settings;
+use claimonce::log::Log;
+use claimonce::migrate::Migration;
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_migrate::Migrator;
+use claimonce_tests::TestDb;
+use claimonce_tests::db::{test_timeouts, with_database};
+use claimonce_tests::lambda::binaries;
+use claimonce_tests::recorder::{Recorded, Recorder};
+use serde_json::{Value, json};
+
+/// A database with nothing in it, next to the test's own; returns its URL.
+async fn empty_database(db: &TestDb) -> String {
+    let name = format!("{}_fresh", db.name);
+    db.client()
+        .await
+        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
+        .await
+        .expect("create an empty database");
+    with_database(&db.url, &name)
+}
+
+fn migrator(url: &str, migrations: &'static [Migration]) -> Migrator {
+    let settings = Settings::from_url(url, None, test_timeouts()).expect("settings");
+    Migrator::new(Ok(settings), migrations, Log::capture().0)
+}
+
+fn request(kind: &str, response_url: &str) -> Value {
+    let mut event = json!({
+        "RequestType": kind,
+        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction:live",
+        "ResponseURL": format!("{response_url}/cfn-response/abc?X-Amz-Signature=deadbeef"),
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/claimonce/0a1b2c3d",
+        "RequestId": format!("req-{kind}"),
+        "LogicalResourceId": "DatabaseMigrations",
+        "ResourceType": "Custom::DatabaseMigrations",
+        "ResourceProperties": {"ServiceToken": "arn:…", "FunctionVersion": "7"}
+    });
+    if kind != "Create" {
+        event["PhysicalResourceId"] = json!(claimonce_migrate::PHYSICAL_RESOURCE_ID);
+    }
+    event
+}
+
+/// The one PUT CloudFormation would receive for the last request.
+fn last_put(recorder: &Recorder) -> (Recorded, Value) {
+    let requests = recorder.requests();
+    let put = requests.last().expect("a response was PUT").clone();
+    assert_eq!(put.method, "PUT");
+    assert_eq!(put.uri, "/cfn-response/abc?X-Amz-Signature=deadbeef");
+    // The URL is pre-signed for a PUT without a content type.
+    assert_eq!(put.header("content-type"), None, "{put:?}");
+    let body = put.json();
+    (put, body)
+}
+
+fn all_versions() -> String {
+    claimonce_migrations::ALL
+        .iter()
+        .map(|m| m.version.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[tokio::test]
+async fn a_create_applies_the_migrations_and_an_update_or_delete_changes_nothing() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let cfn = Recorder::ok().await;
+    let migrate = migrator(&url, claimonce_migrations::ALL);
+
+    migrate
+        .handle(&request("Create", &cfn.url))
+        .await
+        .expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"]["Applied"], all_versions().as_str());
+    assert_eq!(
+        body["Data"]["Latest"],
+        claimonce_migrations::latest().to_string().as_str()
+    );
+    assert_eq!(
+        body["PhysicalResourceId"],
+        claimonce_migrate::PHYSICAL_RESOURCE_ID
+    );
+    assert_eq!(body["RequestId"], "req-Create");
+    assert_eq!(body["LogicalResourceId"], "DatabaseMigrations");
+    assert_eq!(
+        body["StackId"],
+        "arn:aws:cloudformation:us-east-1:123456789012:stack/claimonce/0a1b2c3d"
+    );
+    let fresh = TestDb {
+        name: String::new(),
+        function_url: url.clone(),
+        url: url.clone(),
+    };
+    assert_eq!(
+        fresh.count("SELECT count(*) FROM schema_migrations").await,
+        i64::try_from(claimonce_migrations::ALL.len()).expect("len")
+    );
+    assert_eq!(fresh.count("SELECT count(*) FROM outbox").await, 0);
+
+    // The next deploy's Update applies nothing and keeps the physical id.
+    migrate
+        .handle(&request("Update", &cfn.url))
+        .await
+        .expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"]["Applied"], "");
+    assert_eq!(
+        body["PhysicalResourceId"],
+        claimonce_migrate::PHYSICAL_RESOURCE_ID
+    );
+
+    // Delete does not touch the database: here there is none to reach.
+    let unreachable = migrator(
+        "postgres://postgres@127.0.0.1:1/nothing?sslmode=disable",
+        claimonce_migrations::ALL,
+    );
+    let started = std::time::Instant::now();
+    unreachable
+        .handle(&request("Delete", &cfn.url))
+        .await
+        .expect("answered");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"], json!({}));
+    assert_eq!(cfn.requests().len(), 3);
+    assert_eq!(
+        fresh.count("SELECT count(*) FROM schema_migrations").await,
+        i64::try_from(claimonce_migrations::ALL.len()).expect("len")
+    );
+}
+
+#[tokio::test]
+async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
+    let db = TestDb::new().await;
+    let fresh = empty_database(&db).await;
+    // The loopback server trusts every login, so a password in the URL is accepted and
+    // ignored: it is there to show that it never reaches the answer or the log.
+    let url = fresh.replacen("postgres@", "postgres:s3cr3t-pw@", 1);
+    assert!(url.contains("s3cr3t-pw"));
+    let mut with_poison = claimonce_migrations::ALL.to_vec();
+    with_poison.push(Migration {
+        version: 99,
+        name: "poison",
+        // The server's message would quote the value: "invalid input syntax ... hunter2".
+        sql: "CREATE TABLE poisoned (n int); SELECT 'hunter2'::int",
+    });
+    let with_poison: &'static [Migration] = Box::leak(with_poison.into_boxed_slice());
+    let cfn = Recorder::ok().await;
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let (log, lines) = Log::capture();
+    let migrate = Migrator::new(Ok(settings), with_poison, log);
+
+    migrate
+        .handle(&request("Create", &cfn.url))
+        .await
+        .expect("answered");
+    let (put, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "FAILED", "{body}");
+    let reason = body["Reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("V99__poison") && reason.contains("22P02"),
+        "{reason}"
+    );
+    let everything = format!(
+        "{}{}",
+        String::from_utf8_lossy(&put.body),
+        lines.lock().expect("log").join("\n")
+    );
+    for secret in ["hunter2", "s3cr3t-pw", "invalid input"] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} leaked: {everything}"
+        );
+    }
+    assert_eq!(body["Data"], json!({}));
+    // The migrations before it were applied and recorded; the failed one left nothing.
+    let fresh_db = TestDb {
+        name: String::new(),
+        function_url: fresh.clone(),
+        url: fresh,
+    };
+    assert_eq!(
+        fresh_db
+            .count("SELECT count(*) FROM schema_migrations")
+            .await,
+        i64::try_from(claimonce_migrations::ALL.len()).expect("len")
+    );
+    assert_eq!(
+        fresh_db
+            .count("SELECT count(*) FROM pg_tables WHERE tablename = 'poisoned'")
+            .await,
+        0
+    );
+
+    // An edited migration is refused, and so is a function without database settings.
+    let mut edited = claimonce_migrations::ALL.to_vec();
+    edited[0] = Migration {
+        sql: "SELECT 1",
+        ..edited[0]
+    };
+    let edited: &'static [Migration] = Box::leak(edited.into_boxed_slice());
+    migrator(&url, edited)
+        .handle(&request("Update", &cfn.url))
+        .await
+        .expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "FAILED");
+    assert!(
+        body["Reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("V1 was changed"),
+        "{body}"
+    );
+    let unconfigured = Migrator::new(
+        Err(ConfigError(
+            "set DATABASE_URL, or DB_HOST and DB_NAME".into(),
+        )),
+        claimonce_migrations::ALL,
+        Log::capture().0,
+    );
+    unconfigured
+        .handle(&request("Create", &cfn.url))
+        .await
+        .expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "FAILED");
+    assert!(
+        body["Reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("DATABASE_URL"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_response_url_fails_the_invocation_so_lambda_retries_it() {
+    let db = TestDb::new().await;
+    let migrate = migrator(&db.url, claimonce_migrations::ALL);
+    let refused = Recorder::start(|_| (403, "application/xml", "<Error/>".into())).await;
+    let outcome = migrate.handle(&request("Update", &refused.url)).await;
+    let error = outcome.expect_err("a response CloudFormation never got is an error");
+    assert!(error.contains("status 403"), "{error}");
+    assert_eq!(refused.requests().len(), 3, "retried");
+}
+
+#[tokio::test]
+async fn the_migrate_binary_answers_a_plain_invoke_and_a_custom_resource() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let api = RuntimeApi::start("migrate").await.expect("api");
+    let mut command = api.command(&binaries().await.join("migrate"), &[("DATABASE_URL", &url)]);
+    command.stdout(std::process::Stdio::null());
+    let _instance = command.spawn().expect("spawn migrate");
+
+    let invoke = |event: Value| {
+        let api = &api;
+        async move {
+            match api
+                .invoke(event.to_string(), Duration::from_secs(30))
+                .await
+                .expect("answered")
+            {
+                Outcome::Response(payload) => {
+                    serde_json::from_slice::<Value>(&payload).expect("JSON")
+                }
+                Outcome::Error(e) => panic!("migrate failed: {}", String::from_utf8_lossy(&e)),
+            }
+        }
+    };
+    let versions: Vec<i32> = claimonce_migrations::ALL
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    let latest = claimonce_migrations::latest();
+    assert_eq!(
+        invoke(json!({})).await,
+        json!({"applied": versions, "latest": latest})
+    );
+    assert_eq!(
+        invoke(json!({})).await,
+        json!({"applied": [], "latest": latest})
+    );
+
+    let cfn = Recorder::ok().await;
+    invoke(request("Update", &cfn.url)).await;
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"]["Applied"], "");
+}

@@ -1,0 +1,503 @@
+//! The transactional outbox: a message written by an effect exists exactly when its claim
+//! committed, and the relay hands every message on once (SKIP LOCKED across relays), keeps
+//! failures for the next run, and, as the real binary, sends to SQS with the row id as key.
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use claimonce::db::{Database, Settings};
+use claimonce::log::Log;
+use claimonce::scheduled::Budget;
+use claimonce::verify::timestamp_v1::TimestampV1;
+use claimonce::verify::{Verified, Verify};
+use claimonce::{Applied, Limits, Param, Parsed, Provider, Receiver, Rejection, Transaction, Type};
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{json_body, post};
+use claimonce_tests::db::test_timeouts;
+use claimonce_tests::lambda::binaries;
+use claimonce_tests::recorder::Recorder;
+use claimonce_tests::roles::login_with;
+use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, now, stripe_header};
+use outbox_relay::{Dispatch, Options, OutboxRow, Report, relay};
+use serde_json::{Value, json};
+use stripe_webhook::StripeEvent;
+use tokio_postgres::Client;
+
+/// The welcome email for `checkout.session.completed`, as the Stripe effect is to write it:
+/// one `email.welcome` message per customer (dedup_key), only when Stripe sent an email.
+/// `ON CONFLICT DO NOTHING` has no conflict target, because naming one would need SELECT,
+/// which the handler role does not have on the outbox.
+const WELCOME_EMAIL: &str = "INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
+     SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', $1::text, 'email', $2::text), \
+            'stripe', $3::text, $1::text \
+     WHERE $2::text IS NOT NULL \
+     ON CONFLICT DO NOTHING";
+
+/// The real Stripe parser and effect, plus the outbox row the welcome email needs, plus a
+/// switch that makes the transaction fail after the outbox row was queued.
+struct StripeWithWelcome {
+    verifier: TimestampV1,
+    fail_after_outbox: Arc<AtomicBool>,
+}
+
+impl Provider for StripeWithWelcome {
+    type Event = StripeEvent;
+
+    fn name(&self) -> &'static str {
+        "stripe"
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        &self.verifier
+    }
+
+    fn parse(&self, _verified: &Verified, body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
+        stripe_webhook::parse_event(body)
+    }
+
+    fn apply(&self, parsed: &Parsed<StripeEvent>, tx: &mut Transaction) -> Applied {
+        let applied = stripe_webhook::apply_event(&parsed.event, tx);
+        if let StripeEvent::CheckoutCompleted { customer, email } = &parsed.event {
+            tx.execute(
+                WELCOME_EMAIL,
+                vec![
+                    Param::new(customer.clone(), Type::TEXT),
+                    Param::new(email.clone(), Type::TEXT),
+                    Param::new(parsed.event_id.clone(), Type::TEXT),
+                ],
+            );
+        }
+        if self.fail_after_outbox.load(Ordering::SeqCst) {
+            // A later statement of the same effect failing (division by zero).
+            tx.execute("SELECT 1 / 0", vec![]);
+        }
+        applied
+    }
+}
+
+async fn deliver(receiver: &Receiver<StripeWithWelcome>, body: &[u8]) -> (u16, String) {
+    let signature = stripe_header(STRIPE_SECRET, now(), body);
+    let response = receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &signature)],
+            body,
+        ))
+        .await;
+    let status = response.status().as_u16();
+    let body = json_body(&response);
+    (
+        status,
+        body["disposition"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
+    let db = TestDb::new().await;
+    // The receiver logs in as a user granted only claimonce_handler, as in production: the
+    // outbox insert must work with the handler's INSERT-only grant.
+    let url = login_with(&db, "claimonce_handler").await;
+    let fail = Arc::new(AtomicBool::new(true));
+    let provider = StripeWithWelcome {
+        verifier: TimestampV1::new("stripe-signature", &[STRIPE_SECRET], 300).expect("secret"),
+        fail_after_outbox: Arc::clone(&fail),
+    };
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let (log, _) = Log::capture();
+    let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
+    let body = checkout_completed("evt_welcome", "cus_welcome", "jenny@example.com");
+
+    // The effect fails after queuing the outbox row: everything rolls back, claim included.
+    assert_eq!(deliver(&receiver, &body).await, (500, String::new()));
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+
+    // Stripe retries; this time it commits, and the message with it.
+    fail.store(false, Ordering::SeqCst);
+    assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT topic, payload::text, provider, event_id, dedup_key, dispatched_at IS NULL, attempts \
+             FROM outbox",
+            &[],
+        )
+        .await
+        .expect("one outbox row");
+    assert_eq!(row.get::<_, String>(0), "email.welcome");
+    let payload: Value = serde_json::from_str(row.get(1)).expect("payload");
+    assert_eq!(
+        payload,
+        json!({"stripe_customer_id": "cus_welcome", "email": "jenny@example.com"})
+    );
+    assert_eq!(row.get::<_, Option<String>>(2).as_deref(), Some("stripe"));
+    assert_eq!(
+        row.get::<_, Option<String>>(3).as_deref(),
+        Some("evt_welcome")
+    );
+    assert_eq!(
+        row.get::<_, Option<String>>(4).as_deref(),
+        Some("cus_welcome")
+    );
+    assert!(row.get::<_, bool>(5));
+    assert_eq!(row.get::<_, i32>(6), 0);
+
+    // A redelivery is a duplicate: no second message.
+    assert_eq!(deliver(&receiver, &body).await, (200, "duplicate".into()));
+    // A second checkout by the same customer is processed, but the welcome goes out once.
+    let again = checkout_completed("evt_welcome_2", "cus_welcome", "jenny@example.com");
+    assert_eq!(deliver(&receiver, &again).await, (200, "processed".into()));
+    // A checkout without an email has nobody to welcome.
+    let body = stripe_webhook_checkout_without_email("evt_no_email", "cus_no_email");
+    assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 3);
+}
+
+fn stripe_webhook_checkout_without_email(id: &str, customer: &str) -> Vec<u8> {
+    claimonce_tests::sign::stripe_event(
+        id,
+        "checkout.session.completed",
+        1_700_000_000,
+        json!({"id": format!("cs_{id}"), "object": "checkout.session", "customer": customer,
+               "customer_details": {"email": null}}),
+    )
+}
+
+/// A dispatcher that records what it was given, can refuse chosen rows, and can be slow.
+#[derive(Clone, Default)]
+struct Recording {
+    sent: Arc<Mutex<Vec<i64>>>,
+    refuse: Arc<Mutex<HashSet<i64>>>,
+    delay: Duration,
+}
+
+impl Recording {
+    fn sent(&self) -> Vec<i64> {
+        self.sent.lock().expect("sent").clone()
+    }
+}
+
+impl Dispatch for Recording {
+    type Error = String;
+
+    async fn send(&self, row: &OutboxRow) -> Result<(), String> {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        if self.refuse.lock().expect("refuse").contains(&row.id) {
+            return Err(format!("downstream refused key {}", row.idempotency_key()));
+        }
+        assert_eq!(row.idempotency_key(), row.id.to_string());
+        assert!(row.message_body().is_some(), "{row:?}");
+        self.sent.lock().expect("sent").push(row.id);
+        Ok(())
+    }
+}
+
+async fn messages(client: &Client, count: i64) -> Vec<i64> {
+    client
+        .query(
+            "INSERT INTO outbox (topic, payload, provider, event_id) \
+             SELECT 'crm.ping', jsonb_build_object('n', n), 'stripe', 'evt_' || n \
+             FROM generate_series(1, $1::bigint) AS n RETURNING id",
+            &[&count],
+        )
+        .await
+        .expect("insert messages")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn plenty() -> Budget {
+    Budget::until(Instant::now() + Duration::from_secs(60))
+}
+
+async fn run_relay(db: &TestDb, options: Options, dispatch: &Recording) -> Report {
+    let settings = db.settings();
+    let client = settings.connect().await.expect("connect");
+    relay(&client, settings.timeouts(), &options, dispatch, &plenty()).await
+}
+
+fn options(batch_size: u32) -> Options {
+    Options {
+        batch_size,
+        ..Options::default()
+    }
+}
+
+#[tokio::test]
+async fn the_relay_delivers_every_row_once_and_marks_it() {
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 60).await;
+    let dispatch = Recording::default();
+
+    let report = run_relay(&db, options(25), &dispatch).await;
+    assert_eq!(
+        report,
+        Report {
+            dispatched: 60,
+            failed: 0,
+            batches: 3,
+            finished: true,
+            oldest_pending_seconds: 0.0,
+            error: None
+        }
+    );
+    assert_eq!(dispatch.sent(), ids, "every row once, in id order");
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL AND attempts = 1 AND last_error IS NULL")
+            .await,
+        60
+    );
+
+    let again = run_relay(&db, options(25), &dispatch).await;
+    assert_eq!(
+        (again.dispatched, again.batches, again.finished),
+        (0, 1, true)
+    );
+    assert_eq!(dispatch.sent().len(), 60);
+}
+
+#[tokio::test]
+async fn two_relays_at_once_never_deliver_a_row_twice() {
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 200).await;
+    let slow = |_| Recording {
+        delay: Duration::from_millis(2),
+        ..Recording::default()
+    };
+    let (a, b): (Recording, Recording) = (slow(()), slow(()));
+    let (settings_a, settings_b) = (db.settings(), db.settings());
+    let client_a = settings_a.connect().await.expect("connect");
+    let client_b = settings_b.connect().await.expect("connect");
+    let (small, budget) = (options(10), plenty());
+    let (report_a, report_b) = tokio::join!(
+        relay(&client_a, settings_a.timeouts(), &small, &a, &budget),
+        relay(&client_b, settings_b.timeouts(), &small, &b, &budget),
+    );
+    let (sent_a, sent_b) = (a.sent(), b.sent());
+    assert!(
+        !sent_a.is_empty() && !sent_b.is_empty(),
+        "both relays took part: {report_a:?} {report_b:?}"
+    );
+    let mut all: Vec<i64> = sent_a.iter().chain(&sent_b).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, ids, "each row delivered exactly once between the two");
+    assert_eq!(report_a.dispatched + report_b.dispatched, 200);
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL AND attempts = 1")
+            .await,
+        200
+    );
+}
+
+#[tokio::test]
+async fn a_failed_send_leaves_the_row_pending_and_a_later_run_delivers_it() {
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 5).await;
+    let (refused_a, refused_b) = (ids[1], ids[3]);
+    let dispatch = Recording::default();
+    dispatch
+        .refuse
+        .lock()
+        .expect("refuse")
+        .extend([refused_a, refused_b]);
+
+    let first = run_relay(&db, options(25), &dispatch).await;
+    assert_eq!(
+        (first.dispatched, first.failed, first.finished),
+        (3, 2, true)
+    );
+    assert!(
+        first.oldest_pending_seconds >= 0.0 && first.error.is_none(),
+        "{first:?}"
+    );
+    let pending = db
+        .client()
+        .await
+        .query(
+            "SELECT id, attempts, last_error FROM outbox WHERE dispatched_at IS NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("pending");
+    let pending: Vec<(i64, i32, Option<String>)> = pending
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        pending,
+        vec![
+            (
+                refused_a,
+                1,
+                Some(format!("downstream refused key {refused_a}"))
+            ),
+            (
+                refused_b,
+                1,
+                Some(format!("downstream refused key {refused_b}"))
+            ),
+        ]
+    );
+
+    dispatch.refuse.lock().expect("refuse").clear();
+    let second = run_relay(&db, options(25), &dispatch).await;
+    assert_eq!((second.dispatched, second.failed), (2, 0));
+    assert_eq!(second.oldest_pending_seconds, 0.0);
+    let mut sent = dispatch.sent();
+    sent.sort_unstable();
+    assert_eq!(sent, ids);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM outbox WHERE id IN ({refused_a}, {refused_b}) \
+             AND dispatched_at IS NOT NULL AND attempts = 2 AND last_error IS NULL"
+        ))
+        .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn the_relay_has_only_the_relay_roles_rights_and_a_relay_login_suffices() {
+    let db = TestDb::new().await;
+    messages(&db.client().await, 3).await;
+    // A login granted claimonce_relay relays.
+    let url = login_with(&db, "claimonce_relay").await;
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let client = settings.connect().await.expect("connect as the relay");
+    let dispatch = Recording::default();
+    let report = relay(
+        &client,
+        settings.timeouts(),
+        &options(25),
+        &dispatch,
+        &plenty(),
+    )
+    .await;
+    assert_eq!((report.dispatched, report.error.as_deref()), (3, None));
+    // The relay role may not touch a message's content, nor delete it.
+    for sql in ["UPDATE outbox SET payload = '{}'", "DELETE FROM outbox"] {
+        let denied = client.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(denied.code().map(|c| c.code()), Some("42501"), "{sql}");
+    }
+
+    // On a superuser connection the relay still runs as claimonce_relay: without that role's
+    // UPDATE grant (taken away in this database only) it cannot mark anything.
+    messages(&db.client().await, 2).await;
+    db.client()
+        .await
+        .batch_execute("REVOKE UPDATE ON outbox FROM claimonce_relay")
+        .await
+        .expect("revoke");
+    let refused = run_relay(&db, options(25), &Recording::default()).await;
+    assert_eq!(
+        refused.error.as_deref(),
+        Some("sqlstate 42501"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE dispatched_at IS NULL")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 3).await;
+    let refused = ids[2].to_string();
+    let sqs = Recorder::sqs(&[refused.as_str()]).await;
+    let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/claimonce-outbox.fifo";
+
+    let api = RuntimeApi::start("outbox-relay").await.expect("api");
+    let mut command = api.command(
+        &binaries().await.join("outbox-relay"),
+        &[
+            ("DATABASE_URL", &db.function_url),
+            ("OUTBOX_QUEUE_URL", queue),
+            ("AWS_ENDPOINT_URL_SQS", &sqs.url),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            (
+                "AWS_SECRET_ACCESS_KEY",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            ),
+        ],
+    );
+    command.stdout(Stdio::null());
+    let _instance = command.spawn().expect("spawn outbox-relay");
+    let outcome = api
+        .invoke(
+            json!({"source": "aws.scheduler"}).to_string(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("the relay answers");
+    let Outcome::Response(payload) = outcome else {
+        panic!("the relay failed: {outcome:?}");
+    };
+    let result: Value = serde_json::from_slice(&payload).expect("JSON");
+    assert_eq!(result["dispatched"], 2, "{result}");
+    assert_eq!(result["failed"], 1, "{result}");
+
+    let requests = sqs.requests();
+    assert_eq!(requests.len(), 3);
+    for (request, id) in requests.iter().zip(&ids) {
+        let key = id.to_string();
+        assert_eq!(
+            request.header("x-amz-target"),
+            Some("AmazonSQS.SendMessage")
+        );
+        assert!(request.header("authorization").is_some(), "signed");
+        let sent = request.json();
+        assert_eq!(sent["QueueUrl"], queue);
+        assert_eq!(sent["MessageDeduplicationId"], key.as_str());
+        assert_eq!(sent["MessageGroupId"], key.as_str());
+        assert_eq!(
+            sent["MessageAttributes"]["idempotency-key"],
+            json!({"DataType": "String", "StringValue": key})
+        );
+        assert_eq!(
+            sent["MessageAttributes"]["topic"]["StringValue"],
+            "crm.ping"
+        );
+        let body: Value =
+            serde_json::from_str(sent["MessageBody"].as_str().expect("body")).expect("JSON body");
+        assert_eq!(body["id"], key.as_str());
+        assert_eq!(body["topic"], "crm.ping");
+        assert_eq!(body["provider"], "stripe");
+        assert!(body["payload"]["n"].is_number(), "{body}");
+    }
+    let rows = db
+        .client()
+        .await
+        .query(
+            "SELECT id, dispatched_at IS NOT NULL, attempts, last_error FROM outbox ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    for row in &rows {
+        let id: i64 = row.get(0);
+        let error: Option<String> = row.get(3);
+        if id.to_string() == refused {
+            assert!(!row.get::<_, bool>(1));
+            let error = error.expect("the failure is kept");
+            assert!(error.contains("InvalidParameterValue"), "{error}");
+        } else {
+            assert!(row.get::<_, bool>(1));
+            assert_eq!(error, None);
+        }
+        assert_eq!(row.get::<_, i32>(2), 1);
+    }
+}
