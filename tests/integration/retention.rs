@@ -139,9 +139,18 @@ async fn a_budget_too_small_stops_between_batches_and_the_next_run_finishes() {
     .await;
     assert_eq!(spent, Report::default());
 
-    // 4000 batches of 5 cannot fit in 150 ms: the run stops between batches.
+    // 4000 batches of 5 cannot fit in 150 ms: the run stops between batches. (Connected
+    // first, so the budget is spent on batches only.)
+    let settings = db.settings();
+    let sweeper = settings.connect().await.expect("connect");
     let short = Budget::until(Instant::now() + Duration::from_millis(150));
-    let partial = run(&db, Policy::new(90, 5).expect("policy"), &short).await;
+    let partial = sweep(
+        &sweeper,
+        settings.timeouts(),
+        &Policy::new(90, 5).expect("policy"),
+        &short,
+    )
+    .await;
     assert!(!partial.finished, "{partial:?}");
     assert!(partial.error.is_none(), "{partial:?}");
     assert!(
