@@ -302,3 +302,52 @@ async fn the_migrate_binary_answers_a_plain_invoke_and_a_custom_resource() {
     assert_eq!(body["Status"], "SUCCESS", "{body}");
     assert_eq!(body["Data"]["Applied"], "");
 }
+
+#[tokio::test]
+async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    // The running (new) code carries a migration that fails; CloudFormation rolls the
+    // resource back with the previous deploy's properties, naming the previous version.
+    let mut with_poison = claimonce_migrations::ALL.to_vec();
+    with_poison.push(Migration {
+        version: 99,
+        name: "poison",
+        sql: "SELECT 1 / 0",
+    });
+    let with_poison: &'static [Migration] = Box::leak(with_poison.into_boxed_slice());
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let migrate =
+        Migrator::new(Ok(settings), with_poison, Log::capture().0).with_version(Some("8".into()));
+    let cfn = Recorder::ok().await;
+    let version = |v: &str| {
+        format!("arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction:{v}")
+    };
+
+    let mut rollback = request("Update", &cfn.url);
+    rollback["ResourceProperties"]["FunctionVersion"] = json!(version("7"));
+    migrate.handle(&rollback).await.expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"]["Applied"], "");
+    assert_eq!(body["Data"]["Latest"], "99");
+    let fresh = TestDb {
+        name: String::new(),
+        function_url: url.clone(),
+        url,
+    };
+    assert_eq!(
+        fresh
+            .count("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations'")
+            .await,
+        0,
+        "the database was not touched"
+    );
+
+    // The update for the running version does apply (and here fails).
+    let mut forward = request("Update", &cfn.url);
+    forward["ResourceProperties"]["FunctionVersion"] = json!(version("8"));
+    migrate.handle(&forward).await.expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "FAILED", "{body}");
+}

@@ -28,6 +28,19 @@ pub struct Request {
     /// Set on `Update` and `Delete`: the id this resource answered before.
     #[serde(default)]
     pub physical_resource_id: Option<String>,
+    /// The resource's properties as the template sets them now.
+    #[serde(default)]
+    pub resource_properties: Properties,
+}
+
+/// The properties the template gives the migrations resource.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Properties {
+    /// The ARN of the function version whose migrations this request is for: it changes with
+    /// the code, which is what makes CloudFormation send an `Update` on each such deploy.
+    #[serde(default)]
+    pub function_version: Option<String>,
 }
 
 impl Request {

@@ -6,7 +6,8 @@
 //! Two ways in, one function:
 //! - a CloudFormation custom resource (the template's `DatabaseMigrations`): `Create` and
 //!   `Update` apply and report `Data.Applied`, `Delete` succeeds without touching the
-//!   database (the schema outlives the stack). The answer is PUT to the request's
+//!   database (the schema outlives the stack), and so does a rollback's `Update` (it names the
+//!   previous function version; migrations are forward-only). The answer is PUT to the request's
 //!   `ResponseURL`, success or failure, so a deployment never waits in vain;
 //! - a plain invoke (`aws lambda invoke --payload '{}'`): returns `{"applied": [...]}`.
 //!
@@ -41,6 +42,8 @@ pub struct Migrator {
     settings: Result<Settings, ConfigError>,
     migrations: &'static [Migration],
     log: Log,
+    /// The published version this code runs as (`AWS_LAMBDA_FUNCTION_VERSION`), if any.
+    version: Option<String>,
 }
 
 fn database_error(error: &tokio_postgres::Error) -> String {
@@ -74,6 +77,28 @@ impl Migrator {
             settings,
             migrations,
             log,
+            version: None,
+        }
+    }
+
+    /// Declares the published function version this code runs as (Lambda's
+    /// `AWS_LAMBDA_FUNCTION_VERSION`; `$LATEST` counts as none).
+    pub fn with_version(mut self, version: Option<String>) -> Self {
+        self.version = version.filter(|v| v != "$LATEST");
+        self
+    }
+
+    /// True when `request` names another version of this function than the one running.
+    /// That is CloudFormation rolling the resource back to the previous deploy's properties
+    /// (the old version) while the alias still runs the new code: migrations are
+    /// forward-only, so there is nothing to do, and applying the new code's migrations again
+    /// (perhaps the one that just failed) would leave the stack unable to roll back.
+    fn is_for_another_version(&self, request: &cfn::Request) -> bool {
+        match (&self.version, &request.resource_properties.function_version) {
+            (Some(running), Some(requested)) => {
+                requested.rsplit(':').next() != Some(running.as_str())
+            }
+            _ => false,
         }
     }
 
@@ -161,6 +186,21 @@ impl Migrator {
             // The schema and its data outlive the stack: removing the resource (or rolling
             // back a failed create) must not touch the database.
             "Delete" => Ok(None),
+            // Answered with the same data keys as an apply: the template reads
+            // DatabaseMigrations.Latest, and a missing key would fail the rollback.
+            "Create" | "Update" if self.is_for_another_version(request) => {
+                let mut line = Map::new();
+                line.insert("request_type".into(), request.request_type.as_str().into());
+                self.log.write(
+                    "info",
+                    "migrations skipped: the request is for another function version (a rollback)",
+                    line,
+                );
+                Ok(Some(Outcome {
+                    applied: Vec::new(),
+                    latest: self.latest(),
+                }))
+            }
             "Create" | "Update" => self.apply().await.map(Some),
             other => Err(format!("unknown RequestType {other:?}")),
         };
@@ -209,7 +249,8 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     if let Err(e) = &settings {
         log.write("error", &e.to_string(), Map::new());
     }
-    let migrator = Migrator::new(settings, claimonce_migrations::ALL, log);
+    let migrator = Migrator::new(settings, claimonce_migrations::ALL, log)
+        .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         migrator
