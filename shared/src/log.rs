@@ -30,6 +30,14 @@ impl Log {
         }
     }
 
+    /// Builds every line and drops it: for benchmarks, which measure the work of logging but
+    /// not the terminal.
+    pub fn discard() -> Self {
+        Self {
+            sink: Arc::new(|_| {}),
+        }
+    }
+
     /// Keeps every line in memory, for tests that read what was logged.
     pub fn capture() -> (Self, Captured) {
         let lines = Captured::default();

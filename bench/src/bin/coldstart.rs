@@ -1,0 +1,149 @@
+//! Cold start and memory of the real function binary: process spawn to the first 200 for a
+//! new event (the first database connection included), its peak RSS after a run of
+//! deliveries, and the binaries' sizes.
+//!
+//! ```text
+//! cargo build --release -p stripe-webhook -p resend-webhook
+//! cargo run --release -p claimonce-bench --bin coldstart -- [--runs 11] [--deliveries 500]
+//! ```
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use claimonce::verify::timestamp_v1;
+use claimonce_bench::{checkout, peak_rss_kib};
+use claimonce_local::postgres::{Options, Postgres};
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use serde_json::json;
+
+const SECRET: &str = "whsec_bench";
+
+fn event(body: &[u8]) -> String {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let signature = format!("t={t},v1={}", timestamp_v1::sign(SECRET, t, body));
+    json!({
+        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
+        "rawQueryString": "", "headers": {"stripe-signature": signature},
+        "requestContext": {"http": {"method": "POST", "path": "/webhooks/stripe", "protocol": "HTTP/1.1",
+            "sourceIp": "127.0.0.1", "userAgent": "bench"}, "accountId": "1", "apiId": "b",
+            "domainName": "b", "domainPrefix": "b", "requestId": "r", "routeKey": "POST /webhooks/stripe",
+            "stage": "$default", "time": "", "timeEpoch": 0},
+        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
+    })
+    .to_string()
+}
+
+fn arg(name: &str, default: u64) -> u64 {
+    let argv: Vec<String> = std::env::args().collect();
+    argv.iter()
+        .position(|a| a == name)
+        .and_then(|i| argv.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn ok(outcome: Result<Outcome, claimonce_local::runtime_api::InvokeError>) -> bool {
+    matches!(outcome, Ok(Outcome::Response(p)) if p.windows(14).any(|w| w == b"\"statusCode\":2"))
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let runs = arg("--runs", 11);
+    let deliveries = arg("--deliveries", 500);
+    let root = claimonce_local::functions::workspace_root();
+    let release = root.join("target/release");
+    let binary = release.join("stripe-webhook");
+    if !binary.exists() {
+        eprintln!(
+            "coldstart: build it first: cargo build --release -p stripe-webhook -p resend-webhook"
+        );
+        return std::process::ExitCode::FAILURE;
+    }
+    let dir = root.join("target/claimonce-coldstart");
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = match tokio::task::spawn_blocking(move || Postgres::start(&dir, &Options::default()))
+        .await
+    {
+        Ok(Ok(pg)) => pg,
+        other => {
+            eprintln!("coldstart: PostgreSQL: {other:?}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let url = pg.url("postgres");
+    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    claimonce::migrate::apply(&mut client, claimonce_local::migrations::ALL)
+        .await
+        .expect("migrate");
+
+    let mut cold = Vec::new();
+    let mut peak = 0;
+    let mut failures = 0;
+    for run in 0..runs {
+        let api = RuntimeApi::start("stripe-webhook").await.expect("api");
+        let first = event(&checkout(
+            &format!("evt_cold_{run}"),
+            &format!("cus_cold_{run}"),
+        ));
+        let started = Instant::now();
+        let mut child = api
+            .command(
+                &binary,
+                &[("DATABASE_URL", &url), ("STRIPE_WEBHOOK_SECRET", SECRET)],
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let answered = api.invoke(first, Duration::from_secs(10)).await;
+        let took = started.elapsed();
+        if !ok(answered) {
+            failures += 1;
+        }
+        cold.push(took);
+        // The first run also measures memory over a stretch of deliveries.
+        if run == 0 {
+            for n in 0..deliveries {
+                let body = checkout(&format!("evt_rss_{n}"), &format!("cus_rss_{}", n % 50));
+                if !ok(api.invoke(event(&body), Duration::from_secs(10)).await) {
+                    failures += 1;
+                }
+            }
+        }
+        if let Some(pid) = child.id() {
+            peak = peak.max(peak_rss_kib(&pid.to_string()));
+        }
+        let _ = child.kill().await;
+    }
+    cold.sort();
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let median = cold.get(cold.len() / 2).map_or(0.0, ms);
+    println!(
+        "cold start (spawn to first 200, first connection included), {runs} runs: median {median:.1} ms, min {:.1} ms, max {:.1} ms",
+        cold.first().map_or(0.0, ms),
+        cold.last().map_or(0.0, ms)
+    );
+    println!(
+        "peak RSS of one function process after {deliveries} deliveries: {peak} KiB ({:.1} MiB)",
+        peak as f64 / 1024.0
+    );
+    for name in ["stripe-webhook", "resend-webhook"] {
+        let path: PathBuf = release.join(name);
+        if let Ok(meta) = std::fs::metadata(&path) {
+            println!(
+                "{name}: {} bytes ({:.2} MiB), x86_64, release, stripped",
+                meta.len(),
+                meta.len() as f64 / 1048576.0
+            );
+        }
+    }
+    if failures > 0 {
+        eprintln!("coldstart: {failures} deliveries did not answer 200");
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}

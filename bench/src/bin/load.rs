@@ -1,0 +1,580 @@
+//! The load benchmark: the real handler path (`Receiver::handle_event`, from the raw API
+//! Gateway event to the response payload) in N execution environments, each with its own
+//! connection, against a private PostgreSQL with fsync and synchronous_commit on; beside it,
+//! pgbench running the same SQL at the same client count against the same server: the
+//! database's own ceiling. After every run the invariants are checked.
+//!
+//! ```text
+//! cargo run --release -p claimonce-bench --bin load -- [--seconds 10] [--clients 1,8,32,64]
+//!     [--modes unique,dup,credit,naive] [--quick]
+//! ```
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::log::Log;
+use claimonce::verify::timestamp_v1;
+use claimonce::{Limits, Receiver};
+use claimonce_bench::{checkout, cpu_ms, invoice, peak_rss_kib};
+use claimonce_local::postgres::{Options, Postgres, bin_dir};
+use serde_json::{Value, json};
+use stripe_webhook::Stripe;
+use tokio_postgres::{Client, NoTls};
+
+const SECRET: &str = "whsec_bench";
+const HOT_CUSTOMERS: u64 = 8;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Every delivery a new checkout.session.completed.
+    Unique,
+    /// Each event delivered 4 times back to back.
+    Dup,
+    /// invoice.paid on a few hot customers.
+    Credit,
+    /// The naive shape: transaction(), then query()/execute() with named statements.
+    Naive,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "unique" => Some(Mode::Unique),
+            "dup" => Some(Mode::Dup),
+            "credit" => Some(Mode::Credit),
+            "naive" => Some(Mode::Naive),
+            _ => None,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Unique => "unique",
+            Mode::Dup => "dup",
+            Mode::Credit => "credit",
+            Mode::Naive => "naive (unique)",
+        }
+    }
+}
+
+struct Args {
+    seconds: u64,
+    clients: Vec<usize>,
+    modes: Vec<Mode>,
+}
+
+fn args() -> Result<Args, String> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .and_then(|i| argv.get(i + 1))
+            .cloned()
+    };
+    let quick = argv.iter().any(|a| a == "--quick");
+    let seconds = value("--seconds").map_or(Ok(if quick { 1 } else { 10 }), |s| {
+        s.parse().map_err(|_| "--seconds")
+    })?;
+    let clients = value("--clients")
+        .unwrap_or_else(|| {
+            if quick {
+                "1,8".into()
+            } else {
+                "1,8,32,64".into()
+            }
+        })
+        .split(',')
+        .map(|c| c.parse().map_err(|_| "--clients"))
+        .collect::<Result<Vec<usize>, _>>()?;
+    let modes = value("--modes")
+        .unwrap_or_else(|| "unique,dup,credit,naive".into())
+        .split(',')
+        .map(|m| Mode::parse(m).ok_or("--modes: unique,dup,credit,naive"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Args {
+        seconds,
+        clients,
+        modes,
+    })
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The API Gateway v2 event for a signed delivery, as API Gateway would send it.
+fn event(body: &[u8]) -> String {
+    let t = now();
+    let signature = format!("t={t},v1={}", timestamp_v1::sign(SECRET, t, body));
+    json!({
+        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "stripe-signature": signature},
+        "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench",
+            "domainPrefix": "bench", "http": {"method": "POST", "path": "/webhooks/stripe",
+            "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
+            "requestId": "bench", "routeKey": "POST /webhooks/stripe", "stage": "$default",
+            "time": "", "timeEpoch": 0},
+        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
+    })
+    .to_string()
+}
+
+/// The body of delivery number `n` in `mode`, and the amount it credits.
+fn delivery(mode: Mode, run: &str, n: u64) -> (Vec<u8>, i64) {
+    match mode {
+        Mode::Unique | Mode::Naive => (
+            checkout(&format!("evt_{run}_{n}"), &format!("cus_{run}_{n}")),
+            0,
+        ),
+        Mode::Dup => {
+            let e = n / 4;
+            (
+                invoice(
+                    &format!("evt_{run}_{e}"),
+                    &format!("cus_{run}_{}", e % HOT_CUSTOMERS),
+                    100,
+                ),
+                100,
+            )
+        }
+        Mode::Credit => (
+            invoice(
+                &format!("evt_{run}_{n}"),
+                &format!("cus_hot_{}", n % HOT_CUSTOMERS),
+                100,
+            ),
+            100,
+        ),
+    }
+}
+
+struct Measured {
+    deliveries: u64,
+    processed: u64,
+    errors: u64,
+    seconds: f64,
+    latencies_us: Vec<u32>,
+    cpu_ms: f64,
+    credited: i64,
+}
+
+fn percentile(sorted: &[u32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    f64::from(sorted.get(i).copied().unwrap_or(0)) / 1000.0
+}
+
+async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+const NAIVE_CLAIM: &str = "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (provider, event_id) DO NOTHING RETURNING id";
+const NAIVE_EFFECT: &str = "INSERT INTO customers (stripe_customer_id, email) VALUES ($1, $2) \
+     ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now()";
+
+/// Every delivery of a run, built and signed before the clock starts, so the measured CPU is
+/// the handlers' (and tokio-postgres'), not the load generator's.
+fn prepare(mode: Mode, run: &str, count: u64) -> Vec<(String, Vec<u8>, i64)> {
+    (0..count)
+        .map(|n| {
+            let (body, amount) = delivery(mode, run, n);
+            (event(&body), body, amount)
+        })
+        .collect()
+}
+
+async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
+    // Enough for ~12k deliveries/s; a run that drains the pool stops early and says so.
+    let prepared = Arc::new(prepare(mode, run, seconds * 12_000));
+    let timeouts = Timeouts::new(
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+        Duration::from_secs(8),
+        Duration::from_secs(8),
+        Duration::from_secs(10),
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    let cpu_before = cpu_ms();
+    let started = Instant::now();
+    for _ in 0..clients {
+        let next = Arc::clone(&next);
+        let prepared = Arc::clone(&prepared);
+        let url = url.to_owned();
+        let run = run.to_owned();
+        let settings = Settings::from_url(&url, None, timeouts.clone()).expect("settings");
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let (mut processed, mut errors, mut credited) = (0_u64, 0_u64, 0_i64);
+            if mode == Mode::Naive {
+                let mut client = connect(&url).await;
+                while Instant::now() < deadline {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((_, body, _)) = prepared.get(usize::try_from(n).unwrap_or(usize::MAX))
+                    else {
+                        break;
+                    };
+                    let t0 = Instant::now();
+                    let parsed = stripe_webhook::parse_event(body).expect("event");
+                    let hash: Vec<u8> = vec![0; 32];
+                    let tx = client.transaction().await.expect("begin");
+                    let won = !tx
+                        .query(
+                            NAIVE_CLAIM,
+                            &[&"stripe", &parsed.event_id, &parsed.event_type, &hash],
+                        )
+                        .await
+                        .expect("claim")
+                        .is_empty();
+                    if won {
+                        tx.execute(
+                            NAIVE_EFFECT,
+                            &[&format!("cus_{run}_{n}"), &"jenny.rosen@example.com"],
+                        )
+                        .await
+                        .expect("effect");
+                        processed += 1;
+                    }
+                    tx.commit().await.expect("commit");
+                    latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
+                }
+            } else {
+                let stripe = Stripe::new(&[SECRET], 300).expect("secret");
+                let receiver = Receiver::new(
+                    stripe,
+                    Database::new(settings),
+                    Limits::default(),
+                    Log::capture().0,
+                );
+                receiver.warm_up().await;
+                while Instant::now() < deadline {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((raw, _, amount)) =
+                        prepared.get(usize::try_from(n).unwrap_or(usize::MAX))
+                    else {
+                        break;
+                    };
+                    let amount = *amount;
+                    let t0 = Instant::now();
+                    let payload = receiver.handle_event(raw).await;
+                    latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
+                    let disposition =
+                        serde_json::from_str::<Value>(payload["body"].as_str().unwrap_or(""))
+                            .ok()
+                            .and_then(|b| b["disposition"].as_str().map(str::to_owned));
+                    match (payload["statusCode"].as_u64(), disposition.as_deref()) {
+                        (Some(200), Some("processed")) => {
+                            processed += 1;
+                            credited += amount;
+                        }
+                        (Some(200), _) => {}
+                        _ => errors += 1,
+                    }
+                }
+            }
+            (latencies, processed, errors, credited)
+        }));
+    }
+    let mut measured = Measured {
+        deliveries: 0,
+        processed: 0,
+        errors: 0,
+        seconds: 0.0,
+        latencies_us: Vec::new(),
+        cpu_ms: 0.0,
+        credited: 0,
+    };
+    for task in tasks {
+        let (latencies, processed, errors, credited) = task.await.expect("worker");
+        measured.deliveries += latencies.len() as u64;
+        measured.latencies_us.extend(latencies);
+        measured.processed += processed;
+        measured.errors += errors;
+        measured.credited += credited;
+    }
+    measured.seconds = started.elapsed().as_secs_f64();
+    if next.load(Ordering::Relaxed) >= prepared.len() as u64 {
+        eprintln!("load: the prepared deliveries ran out before the deadline");
+    }
+    measured.cpu_ms = cpu_ms() - cpu_before;
+    measured.latencies_us.sort_unstable();
+    measured
+}
+
+/// The invariant after a run: one ledger row per processed event, the effects exactly once.
+async fn check(mode: Mode, admin: &Client, m: &Measured) -> Result<(), String> {
+    let one = |sql: &'static str| async move {
+        admin
+            .query_one(sql, &[])
+            .await
+            .map(|r| r.get::<_, i64>(0))
+            .map_err(|e| e.to_string())
+    };
+    let ledger = one("SELECT count(*) FROM processed_events").await?;
+    let distinct = one("SELECT count(DISTINCT (provider, event_id)) FROM processed_events").await?;
+    let customers = one("SELECT count(*) FROM customers").await?;
+    let credit =
+        one("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers").await?;
+    let processed = i64::try_from(m.processed).map_err(|e| e.to_string())?;
+    let mut problems = Vec::new();
+    if ledger != processed || distinct != ledger {
+        problems.push(format!(
+            "ledger has {ledger} rows ({distinct} distinct) for {processed} processed"
+        ));
+    }
+    if m.errors != 0 {
+        problems.push(format!("{} deliveries failed", m.errors));
+    }
+    match mode {
+        Mode::Unique | Mode::Naive if customers != processed => {
+            problems.push(format!(
+                "{customers} customers for {processed} processed checkouts"
+            ));
+        }
+        Mode::Dup | Mode::Credit if credit != m.credited => {
+            problems.push(format!("credited {credit}, expected {}", m.credited));
+        }
+        _ => {}
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn pgbench_script(mode: Mode) -> String {
+    let claim = "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
+        VALUES ('stripe', 'pgb_' || :client_id || '_' || :id, 'x', '\\x00') ON CONFLICT (provider, event_id) DO NOTHING RETURNING id;";
+    let effect = match mode {
+        Mode::Credit | Mode::Dup => {
+            "INSERT INTO customers (stripe_customer_id, email, credit_balance_cents) \
+            VALUES ('cus_hot_' || :c, 'x@example.com', 100) ON CONFLICT (stripe_customer_id) DO UPDATE \
+            SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
+            email = COALESCE(customers.email, EXCLUDED.email), updated_at = now();"
+        }
+        _ => {
+            "INSERT INTO customers (stripe_customer_id, email) VALUES ('cus_pgb_' || :client_id || '_' || :id, 'x@example.com') \
+            ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now();"
+        }
+    };
+    let full = format!("\\startpipeline\nBEGIN;\n{claim}\n{effect}\nCOMMIT;\n\\endpipeline\n");
+    let head =
+        format!("\\set id random(1, 9000000000000000)\n\\set c random(1, {HOT_CUSTOMERS})\n");
+    match mode {
+        // Three of four deliveries find the claim taken: claim, hash lookup, COMMIT.
+        Mode::Dup => format!(
+            "{head}\\set n random(1, 4)\n\\if :n = 1\n{full}\\else\n\\startpipeline\nBEGIN;\n\
+             INSERT INTO processed_events (provider, event_id, event_type) VALUES ('stripe', 'pgb_dup', 'x') \
+             ON CONFLICT (provider, event_id) DO NOTHING RETURNING id;\n\
+             SELECT payload_sha256 FROM processed_events WHERE provider = 'stripe' AND event_id = 'pgb_dup';\n\
+             COMMIT;\n\\endpipeline\n\\endif\n"
+        ),
+        _ => format!("{head}{full}"),
+    }
+}
+
+fn pgbench(
+    mode: Mode,
+    port: u16,
+    db: &str,
+    clients: usize,
+    seconds: u64,
+    dir: &std::path::Path,
+) -> Result<f64, String> {
+    let script = dir.join(format!(
+        "{}.sql",
+        mode.name().split(' ').next().unwrap_or("x")
+    ));
+    std::fs::write(&script, pgbench_script(mode)).map_err(|e| e.to_string())?;
+    let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
+    let output = Command::new(exe)
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-n",
+            "-M",
+            "prepared",
+        ])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-T",
+            &seconds.to_string(),
+            "-f",
+        ])
+        .arg(&script)
+        .arg(db)
+        .output()
+        .map_err(|e| format!("pgbench: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "pgbench gave no tps: {text}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+// One thread, like one Lambda execution environment's runtime: the environments interleave
+// on it, and PostgreSQL keeps the machine's other core.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::process::ExitCode {
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("load: bad argument {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let dir = claimonce_local::functions::workspace_root().join("target/claimonce-bench");
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = Options {
+        settings: vec![
+            ("shared_buffers".into(), "256MB".into()),
+            ("max_connections".into(), "300".into()),
+        ],
+        ..Options::default()
+    };
+    let pg_dir = dir.join("postgres");
+    let pg = match tokio::task::spawn_blocking(move || Postgres::start(&pg_dir, &options)).await {
+        Ok(Ok(pg)) => pg,
+        other => {
+            eprintln!("load: could not start PostgreSQL: {other:?}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let admin = connect(&pg.url("postgres")).await;
+    admin
+        .batch_execute("CREATE DATABASE bench_template")
+        .await
+        .expect("template");
+    let mut tpl = connect(&pg.url("bench_template")).await;
+    claimonce::migrate::apply(&mut tpl, claimonce_local::migrations::ALL)
+        .await
+        .expect("migrate");
+    drop(tpl);
+    let fsync = admin
+        .query_one("SHOW fsync", &[])
+        .await
+        .map(|r| r.get::<_, String>(0))
+        .unwrap_or_default();
+    let sync = admin
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .map(|r| r.get::<_, String>(0))
+        .unwrap_or_default();
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| mode | clients | deliveries/s | pgbench tps (same SQL) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 | invariant |\n\
+         |---|---|---|---|---|---|---|---|---|---|"
+    );
+    let mut failed = false;
+    let mut ceilings = std::collections::HashMap::new();
+    for &mode in &args.modes {
+        for &clients in &args.clients {
+            let run = format!("{}_{clients}", mode.name().split(' ').next().unwrap_or("x"));
+            let db = format!("bench_{run}");
+            admin
+                .batch_execute(&format!("CREATE DATABASE {db} TEMPLATE bench_template"))
+                .await
+                .expect("db");
+            let url = pg.url(&db);
+            let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
+            let check_client = connect(&url).await;
+            let invariant = check(mode, &check_client, &m).await;
+            drop(check_client);
+            if invariant.is_err() {
+                failed = true;
+            }
+            let ceiling_mode = if mode == Mode::Naive {
+                Mode::Unique
+            } else {
+                mode
+            };
+            let ceiling = match ceilings.get(&(ceiling_mode.name(), clients)) {
+                Some(tps) => *tps,
+                None => {
+                    let pdb = format!("pgbench_{run}");
+                    admin
+                        .batch_execute(&format!("CREATE DATABASE {pdb} TEMPLATE bench_template"))
+                        .await
+                        .expect("db");
+                    let tps = pgbench(ceiling_mode, pg.port, &pdb, clients, args.seconds, &dir)
+                        .unwrap_or_else(|e| {
+                            eprintln!("{e}");
+                            0.0
+                        });
+                    ceilings.insert((ceiling_mode.name(), clients), tps);
+                    tps
+                }
+            };
+            let rate = m.deliveries as f64 / m.seconds;
+            let ratio = if ceiling > 0.0 {
+                format!("{:.0}%", 100.0 * rate / ceiling)
+            } else {
+                "n/a".into()
+            };
+            let cpu = if m.deliveries > 0 {
+                m.cpu_ms * 1000.0 / m.deliveries as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                table,
+                "| {} | {clients} | {rate:.0} | {ceiling:.0} | {ratio} | {:.2} | {:.2} | {} | {cpu:.1} | {} |",
+                mode.name(),
+                percentile(&m.latencies_us, 0.50),
+                percentile(&m.latencies_us, 0.99),
+                m.errors,
+                match &invariant {
+                    Ok(()) => "ok".to_owned(),
+                    Err(e) => format!("BROKEN: {e}"),
+                },
+            );
+            eprintln!(
+                "{} x{clients}: {rate:.0}/s vs pgbench {ceiling:.0} tps",
+                mode.name()
+            );
+        }
+    }
+    println!(
+        "PostgreSQL fsync={fsync}, synchronous_commit={sync}; {} s per run",
+        args.seconds
+    );
+    println!("{table}");
+    println!(
+        "peak RSS of the benchmark process (all environments and the load generator): {} KiB",
+        peak_rss_kib("self")
+    );
+    if failed {
+        eprintln!("load: an invariant broke (see the table)");
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}

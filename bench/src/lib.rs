@@ -1,0 +1,80 @@
+//! Shared pieces of the benchmarks: event bodies shaped like real Stripe payloads, and
+//! readings of this process's CPU time and peak memory.
+
+use serde_json::{Value, json};
+
+/// A `checkout.session.completed` body about the size Stripe sends (~2 KiB).
+pub fn checkout(id: &str, customer: &str) -> Vec<u8> {
+    event(
+        id,
+        "checkout.session.completed",
+        json!({
+            "id": format!("cs_{id}"), "object": "checkout.session", "amount_subtotal": 2000, "amount_total": 2000,
+            "cancel_url": "https://example.com/cancel", "client_reference_id": null, "created": 1795977900,
+            "currency": "usd", "customer": customer, "customer_creation": "always",
+            "customer_details": {"address": {"city": null, "country": "US", "line1": null, "line2": null,
+                "postal_code": "94103", "state": null}, "email": "jenny.rosen@example.com", "name": "Jenny Rosen",
+                "phone": null, "tax_exempt": "none", "tax_ids": []},
+            "expires_at": 1796064300, "invoice": "in_1QLocalInvoice0000000001", "livemode": false, "locale": null,
+            "metadata": {}, "mode": "subscription", "payment_intent": null, "payment_method_types": ["card"],
+            "payment_status": "paid", "status": "complete", "subscription": "sub_1QLocalSubscription001",
+            "success_url": "https://example.com/success", "url": null
+        }),
+    )
+}
+
+/// An `invoice.paid` body about the size Stripe sends.
+pub fn invoice(id: &str, customer: &str, amount: i64) -> Vec<u8> {
+    event(
+        id,
+        "invoice.paid",
+        json!({
+            "id": format!("in_{id}"), "object": "invoice", "account_country": "US", "account_name": "Acme",
+            "amount_due": amount, "amount_paid": amount, "amount_remaining": 0, "attempt_count": 1,
+            "billing_reason": "subscription_cycle", "collection_method": "charge_automatically",
+            "created": 1795977950, "currency": "usd", "customer": customer,
+            "customer_email": "jenny.rosen@example.com", "customer_name": "Jenny Rosen",
+            "lines": {"object": "list", "data": [{"id": "il_1", "object": "line_item", "amount": amount,
+                "currency": "usd", "description": "1 x Pro (at $20.00 / month)",
+                "period": {"end": 1798570000, "start": 1795978000}, "quantity": 1}],
+                "has_more": false, "total_count": 1, "url": "/v1/invoices/in_1/lines"},
+            "livemode": false, "metadata": {}, "number": "ACME-0001", "paid": true, "status": "paid",
+            "subscription": "sub_1", "subtotal": amount, "total": amount
+        }),
+    )
+}
+
+fn event(id: &str, kind: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec_pretty(&json!({
+        "id": id, "object": "event", "api_version": "2024-06-20", "created": 1795978000,
+        "data": {"object": object}, "livemode": false, "pending_webhooks": 1,
+        "request": {"id": null, "idempotency_key": null}, "type": kind
+    }))
+    .unwrap_or_default()
+}
+
+/// CPU time (user + system) of this process so far, in milliseconds, from /proc.
+pub fn cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name may contain spaces; the fields after it are space separated.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks/s.
+    (ticks(11) + ticks(12)) * 10.0
+}
+
+/// Peak resident memory (VmHWM) of process `pid` ("self" for this one), in KiB.
+pub fn peak_rss_kib(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
