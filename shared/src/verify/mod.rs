@@ -1,6 +1,8 @@
 //! Signature verification: pure functions of the raw body bytes, the headers and an injected
 //! clock. Nothing here parses the body, logs, or touches the database.
 
+#[cfg(test)]
+mod proptests;
 pub mod standard_webhooks;
 pub mod timestamp_v1;
 

@@ -1,0 +1,54 @@
+//! Arbitrary bytes as the raw API Gateway event a Lambda invocation carries, through
+//! `Receiver::handle_event` of both receivers: the whole boundary (event reading, base64,
+//! method, size, headers, signature) as the runtime drives it.
+//!
+//! Every answer must be an API Gateway response payload with one of the statuses the policy
+//! allows, one log line per request, and no panic.
+#![no_main]
+
+use std::sync::LazyLock;
+
+use claimonce_fuzz::{RECEIVERS, STRIPE_SECRET};
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+use tokio::runtime::Runtime;
+
+/// One current-thread runtime for the process, with the timer and I/O drivers the database
+/// code needs (a request that reached it would time out or be refused, never hang).
+static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+});
+
+const STATUSES: [u64; 5] = [200, 400, 405, 413, 500];
+
+fn check(payload: &Value, log: &[String]) {
+    let status = payload["statusCode"].as_u64();
+    assert!(
+        status.is_some_and(|s| STATUSES.contains(&s)),
+        "unexpected statusCode in {payload}"
+    );
+    assert!(payload["body"].is_string(), "no body in {payload}");
+    assert_eq!(payload["isBase64Encoded"], Value::Bool(false));
+    assert_eq!(log.len(), 1, "one log line per request, got {log:?}");
+    assert!(
+        !log[0].contains(STRIPE_SECRET),
+        "a secret reached the log: {}",
+        log[0]
+    );
+}
+
+fuzz_target!(|data: &[u8]| {
+    // The runtime hands the handler the event as text; non-UTF-8 never gets that far.
+    let Ok(event) = std::str::from_utf8(data) else {
+        return;
+    };
+    let receivers = &*RECEIVERS;
+    receivers.take_log();
+    let stripe = RUNTIME.block_on(receivers.stripe.handle_event(event));
+    check(&stripe, &receivers.take_log());
+    let resend = RUNTIME.block_on(receivers.resend.handle_event(event));
+    check(&resend, &receivers.take_log());
+});

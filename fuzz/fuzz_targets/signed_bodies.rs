@@ -1,0 +1,81 @@
+//! Arbitrary bodies behind a VALID signature: each input is signed with the receiver's own
+//! secret at the current time, then admitted by both receivers. This fuzzes the Stripe and
+//! Resend parsers, which only ever see signed bodies, and the effects they queue.
+//!
+//! A signed body may be any event or none, so `Ok` and `Err` are both fine; but the signature
+//! must always pass (the only refusal left is `InvalidPayload`, a 400), an accepted event has
+//! a usable ledger key, and an effect queues statements exactly when it says it processed.
+#![no_main]
+
+use claimonce::verify::{standard_webhooks, timestamp_v1};
+use claimonce::{Admitted, Applied, Parsed, Problem, Rejection, Transaction};
+use claimonce_fuzz::{RECEIVERS, RESEND_SECRET, STRIPE_SECRET, unix_now};
+use lambda_http::http::Method;
+use lambda_http::{Body, Request};
+use libfuzzer_sys::fuzz_target;
+
+const MESSAGE_ID: &str = "msg_fuzzSignedBody0000000001";
+
+fn request(headers: &[(&str, String)], body: &[u8]) -> Request {
+    let mut builder = lambda_http::http::Request::builder()
+        .method(Method::POST)
+        .uri("https://example.execute-api.us-east-1.amazonaws.com/webhooks/fuzz");
+    for (name, value) in headers {
+        builder = builder.header(*name, value);
+    }
+    builder.body(Body::Binary(body.to_vec())).expect("request")
+}
+
+fn check<E>(
+    admitted: Result<Admitted<E>, Rejection>,
+    apply: impl Fn(&Parsed<E>, &mut Transaction) -> Applied,
+) {
+    match admitted {
+        Err(rejection) => {
+            assert_eq!(rejection.problem, Problem::InvalidPayload, "{rejection:?}");
+            assert_eq!(rejection.problem.status(), 400);
+        }
+        Ok(Admitted { parsed, .. }) => {
+            assert!(!parsed.event_id.is_empty() && parsed.event_id.len() <= 255);
+            let mut tx = Transaction::default();
+            match apply(&parsed, &mut tx) {
+                Applied::Processed => assert!(!tx.is_empty()),
+                Applied::Ignored => assert!(tx.is_empty()),
+            }
+        }
+    }
+}
+
+fuzz_target!(|body: &[u8]| {
+    let receivers = &*RECEIVERS;
+    let now = unix_now();
+
+    let stripe_signature = format!(
+        "t={now},v1={}",
+        timestamp_v1::sign(STRIPE_SECRET, now, body)
+    );
+    let stripe = request(&[("stripe-signature", stripe_signature)], body);
+    check(receivers.stripe.admit(&stripe, now), |parsed, tx| {
+        stripe_webhook::apply_event(&parsed.event, tx)
+    });
+
+    let signature = standard_webhooks::sign(RESEND_SECRET, MESSAGE_ID, now, body).expect("secret");
+    for prefix in ["svix", "webhook"] {
+        let resend = request(
+            &[
+                (&format!("{prefix}-id"), MESSAGE_ID.to_owned()),
+                (&format!("{prefix}-timestamp"), now.to_string()),
+                (&format!("{prefix}-signature"), signature.clone()),
+            ],
+            body,
+        );
+        let admitted = receivers.resend.admit(&resend, now);
+        if let Ok(a) = &admitted {
+            assert_eq!(a.parsed.event_id, MESSAGE_ID);
+        }
+        check(admitted, |parsed, tx| {
+            resend_webhook::apply_event(&parsed.event_id, &parsed.event_type, &parsed.event, tx)
+        });
+    }
+    receivers.take_log();
+});
