@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use lambda_http::request::RequestContext;
-use lambda_http::{Body, Request, RequestExt, Response};
+use lambda_http::aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayV2httpRequest};
+use lambda_http::{Body, Request, Response};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -20,14 +20,11 @@ use serde_json::{Map, Value};
 use crate::receiver::{Provider, Receiver};
 use crate::response::{Problem, Rejection};
 
-/// The few fields read before the event is turned into a request.
+/// The one field read before the event is parsed in its own shape.
 #[derive(Deserialize)]
 struct Probe<'a> {
-    version: Option<Cow<'a, str>>,
-    #[serde(rename = "isBase64Encoded", default)]
-    is_base64_encoded: bool,
     #[serde(borrow)]
-    body: Option<Cow<'a, str>>,
+    version: Option<Cow<'a, str>>,
 }
 
 /// Which payload format the event came in, and so which response format it expects.
@@ -39,45 +36,50 @@ enum Format {
     V1,
 }
 
-/// True when the event's top-level `isBase64Encoded` is `true`. Inside a JSON string (the
-/// body, a header) a quote is escaped, so the key with its unescaped quotes can only be the
-/// event's own field: a plain search is exact, and it spares most events a second parse.
-fn flagged_base64(event: &str) -> bool {
-    event.match_indices("\"isBase64Encoded\"").any(|(at, key)| {
-        event
-            .get(at + key.len()..)
-            .map(|rest| rest.trim_start().trim_start_matches(':').trim_start())
-            .is_some_and(|value| value.starts_with("true"))
-    })
-}
-
+/// Turns the raw event into the request the receiver reads: its method, headers and body,
+/// nothing else. `lambda_http`'s own conversion also builds a URI from the path, host and
+/// query and panics when it cannot (an empty host, a bad port, a quote in the query), and it
+/// panics on a body flagged base64 that is not; any of those is a 400 here.
 fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
     let unreadable = |format, detail| (format, Rejection::new(Problem::UnreadableBody, detail));
-    if flagged_base64(event) {
-        // lambda_http panics on a body flagged base64 that is not: check it first.
-        let probe: Probe<'_> = serde_json::from_str(event)
-            .map_err(|_| unreadable(Format::V1, "the event is not an API Gateway event"))?;
-        let format = if probe.version.as_deref() == Some("2.0") {
-            Format::V2
-        } else {
-            Format::V1
-        };
-        if probe.is_base64_encoded
-            && let Some(body) = &probe.body
-            && STANDARD.decode(body.as_bytes()).is_err()
-        {
-            return Err(unreadable(
-                format,
-                "the body is flagged base64 but is not valid base64",
-            ));
-        }
-    }
-    let request = lambda_http::request::from_str(event)
-        .map_err(|_| unreadable(Format::V1, "the event is not an API Gateway event"))?;
-    let format = match request.request_context_ref() {
-        Some(RequestContext::ApiGatewayV2(_)) => Format::V2,
-        _ => Format::V1,
+    let not_an_event =
+        |format| move |_| unreadable(format, "the event is not an API Gateway event");
+    let probe: Probe<'_> = serde_json::from_str(event).map_err(not_an_event(Format::V1))?;
+    let format = if probe.version.as_deref() == Some("2.0") {
+        Format::V2
+    } else {
+        Format::V1
     };
+    let (method, headers, body, base64) = match format {
+        Format::V2 => {
+            let ag: ApiGatewayV2httpRequest =
+                serde_json::from_str(event).map_err(not_an_event(format))?;
+            (
+                ag.request_context.http.method,
+                ag.headers,
+                ag.body,
+                ag.is_base64_encoded,
+            )
+        }
+        Format::V1 => {
+            let ag: ApiGatewayProxyRequest =
+                serde_json::from_str(event).map_err(not_an_event(format))?;
+            // Single-value headers replace their multi-value twins, as API Gateway fills both.
+            let mut headers = ag.multi_value_headers;
+            headers.extend(ag.headers);
+            (ag.http_method, headers, ag.body, ag.is_base64_encoded)
+        }
+    };
+    let body = match body {
+        None => Body::Empty,
+        Some(text) if base64 => Body::Binary(STANDARD.decode(text.as_bytes()).map_err(|_| {
+            unreadable(format, "the body is flagged base64 but is not valid base64")
+        })?),
+        Some(text) => Body::Text(text),
+    };
+    let mut request = Request::new(body);
+    *request.method_mut() = method;
+    *request.headers_mut() = headers;
     Ok((format, request))
 }
 
@@ -133,21 +135,4 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
         },
     ))
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::flagged_base64;
-
-    #[test]
-    fn only_the_events_own_flag_counts() {
-        assert!(flagged_base64(r#"{"body":"eA==","isBase64Encoded":true}"#));
-        assert!(flagged_base64(r#"{"isBase64Encoded" :  true, "body":"eA=="}"#));
-        assert!(!flagged_base64(r#"{"body":"x","isBase64Encoded":false}"#));
-        // The same text inside the body (a JSON string) has escaped quotes.
-        assert!(!flagged_base64(
-            r#"{"body":"{\"isBase64Encoded\":true}","isBase64Encoded":false}"#
-        ));
-        assert!(!flagged_base64("{}"));
-    }
 }

@@ -5,7 +5,7 @@ use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{v1_event, v2_event};
 use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
-use serde_json::Value;
+use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
 const PATH: &str = "/webhooks/stripe";
@@ -216,5 +216,18 @@ async fn hostile_and_malformed_requests_are_refused_before_the_database() {
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events").await,
         processed
+    );
+}
+
+#[tokio::test]
+async fn an_escaped_base64_flag_is_still_the_flag() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    // JSON allows the key to be written with escapes; it is the same key.
+    let event = r#"{"version":"2.0","isBase64\u0045ncoded":true,"body":"!!","requestContext":{"http":{"method":"POST"}}}"#;
+    let payload = receiver.handle_event(event).await;
+    assert_eq!(
+        (payload["statusCode"].as_u64(), slug(&payload).as_str()),
+        (Some(400), "unreadable-body")
     );
 }
