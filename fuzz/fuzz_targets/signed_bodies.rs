@@ -56,7 +56,7 @@ fuzz_target!(|body: &[u8]| {
     );
     let stripe = request(&[("stripe-signature", stripe_signature)], body);
     check(receivers.stripe.admit(&stripe, now), |parsed, tx| {
-        stripe_webhook::apply_event(&parsed.event, tx)
+        stripe_webhook::apply_event(&parsed.event_id, &parsed.event, tx)
     });
 
     let signature = standard_webhooks::sign(RESEND_SECRET, MESSAGE_ID, now, body).expect("secret");

@@ -13,7 +13,7 @@ use claimonce::log::Log;
 use claimonce::scheduled::Budget;
 use claimonce::verify::timestamp_v1::TimestampV1;
 use claimonce::verify::{Verified, Verify};
-use claimonce::{Applied, Limits, Param, Parsed, Provider, Receiver, Rejection, Transaction, Type};
+use claimonce::{Applied, Limits, Parsed, Provider, Receiver, Rejection, Transaction};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{json_body, post};
@@ -27,17 +27,7 @@ use serde_json::{Value, json};
 use stripe_webhook::StripeEvent;
 use tokio_postgres::Client;
 
-/// The welcome email for `checkout.session.completed`, as the Stripe effect is to write it:
-/// one `email.welcome` message per customer (dedup_key), only when Stripe sent an email.
-/// `ON CONFLICT DO NOTHING` has no conflict target, because naming one would need SELECT,
-/// which the handler role does not have on the outbox.
-const WELCOME_EMAIL: &str = "INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
-     SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', $1::text, 'email', $2::text), \
-            'stripe', $3::text, $1::text \
-     WHERE $2::text IS NOT NULL \
-     ON CONFLICT DO NOTHING";
-
-/// The real Stripe parser and effect, plus the outbox row the welcome email needs, plus a
+/// The real Stripe parser and effect (which queues the welcome email in the outbox), plus a
 /// switch that makes the transaction fail after the outbox row was queued.
 struct StripeWithWelcome {
     verifier: TimestampV1,
@@ -60,17 +50,7 @@ impl Provider for StripeWithWelcome {
     }
 
     fn apply(&self, parsed: &Parsed<StripeEvent>, tx: &mut Transaction) -> Applied {
-        let applied = stripe_webhook::apply_event(&parsed.event, tx);
-        if let StripeEvent::CheckoutCompleted { customer, email } = &parsed.event {
-            tx.execute(
-                WELCOME_EMAIL,
-                vec![
-                    Param::new(customer.clone(), Type::TEXT),
-                    Param::new(email.clone(), Type::TEXT),
-                    Param::new(parsed.event_id.clone(), Type::TEXT),
-                ],
-            );
-        }
+        let applied = stripe_webhook::apply_event(&parsed.event_id, &parsed.event, tx);
         if self.fail_after_outbox.load(Ordering::SeqCst) {
             // A later statement of the same effect failing (division by zero).
             tx.execute("SELECT 1 / 0", vec![]);

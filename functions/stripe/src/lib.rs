@@ -1,5 +1,6 @@
 //! Stripe: the `Stripe-Signature` scheme, Stripe's event envelope, and the reference effects
-//! (provision a customer, credit an account, keep subscriptions newest-first).
+//! (provision a customer and queue its welcome email in the outbox, credit an account, keep
+//! subscriptions newest-first).
 
 use claimonce::config::{self, ConfigError};
 use claimonce::verify::timestamp_v1::TimestampV1;
@@ -209,16 +210,36 @@ const KEEP_SUBSCRIPTION: &str = "INSERT INTO subscriptions \
      WHERE subscriptions.event_created < EXCLUDED.event_created \
         OR (subscriptions.event_created = EXCLUDED.event_created AND $5)";
 
-/// Queues the effect of `event` on the claim transaction.
-pub fn apply_event(event: &StripeEvent, tx: &mut Transaction) -> Applied {
+// The welcome email leaves the database through the outbox, written in the claim's
+// transaction: one `email.welcome` message per customer (dedup_key), only when Stripe sent an
+// email. `ON CONFLICT DO NOTHING` names no conflict target because naming one needs SELECT,
+// which the handler role does not have on the outbox.
+const WELCOME_EMAIL: &str = "INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
+     SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', $1::text, 'email', $2::text), \
+            'stripe', $3::text, $1::text \
+     WHERE $2::text IS NOT NULL \
+     ON CONFLICT DO NOTHING";
+
+/// Queues the effect of event `event_id` on the claim transaction.
+pub fn apply_event(event_id: &str, event: &StripeEvent, tx: &mut Transaction) -> Applied {
     match event {
-        StripeEvent::CheckoutCompleted { customer, email } => tx.execute(
-            PROVISION,
-            vec![
-                Param::new(customer.clone(), Type::TEXT),
-                Param::new(email.clone(), Type::TEXT),
-            ],
-        ),
+        StripeEvent::CheckoutCompleted { customer, email } => {
+            tx.execute(
+                PROVISION,
+                vec![
+                    Param::new(customer.clone(), Type::TEXT),
+                    Param::new(email.clone(), Type::TEXT),
+                ],
+            );
+            tx.execute(
+                WELCOME_EMAIL,
+                vec![
+                    Param::new(customer.clone(), Type::TEXT),
+                    Param::new(email.clone(), Type::TEXT),
+                    Param::new(event_id.to_owned(), Type::TEXT),
+                ],
+            );
+        }
         StripeEvent::InvoicePaid {
             customer,
             amount_paid,
@@ -268,7 +289,7 @@ impl Provider for Stripe {
     }
 
     fn apply(&self, event: &Parsed<StripeEvent>, tx: &mut Transaction) -> Applied {
-        apply_event(&event.event, tx)
+        apply_event(&event.event_id, &event.event, tx)
     }
 }
 
