@@ -32,7 +32,8 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// Builds the bounds. `statement`, `lock` and `idle_in_transaction` are applied with
-    /// `SET LOCAL` inside each transaction, so no session state is left behind.
+    /// `SET LOCAL` inside each transaction, so no session state is left behind; a zero one is
+    /// left to the login role's default.
     pub fn new(
         connect: Duration,
         delivery: Duration,
@@ -40,13 +41,18 @@ impl Timeouts {
         lock: Duration,
         idle_in_transaction: Duration,
     ) -> Self {
-        let begin = format!(
-            "BEGIN; SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}; \
-             SET LOCAL idle_in_transaction_session_timeout = {}",
-            statement.as_millis(),
-            lock.as_millis(),
-            idle_in_transaction.as_millis()
-        );
+        // A zero bound is not set here: the login role's default applies (`ALTER ROLE … SET`),
+        // which spares the database one statement per bound on every delivery.
+        let mut begin = String::from("BEGIN");
+        for (name, bound) in [
+            ("statement_timeout", statement),
+            ("lock_timeout", lock),
+            ("idle_in_transaction_session_timeout", idle_in_transaction),
+        ] {
+            if !bound.is_zero() {
+                begin.push_str(&format!("; SET LOCAL {name} = {}", bound.as_millis()));
+            }
+        }
         Self {
             connect,
             delivery,

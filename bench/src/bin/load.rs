@@ -198,12 +198,19 @@ fn prepare(mode: Mode, run: &str, count: u64) -> Vec<(String, Vec<u8>, i64)> {
 async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
     // Enough for ~12k deliveries/s; a run that drains the pool stops early and says so.
     let prepared = Arc::new(prepare(mode, run, seconds * 12_000));
+    // `--role-timeouts`: the bounds come from the login role (`ALTER ROLE … SET`), so the
+    // handler sends no SET LOCAL; otherwise each transaction sets them.
+    let in_transaction = if std::env::args().any(|a| a == "--role-timeouts") {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(8)
+    };
     let timeouts = Timeouts::new(
         Duration::from_secs(5),
         Duration::from_secs(10),
-        Duration::from_secs(8),
-        Duration::from_secs(8),
-        Duration::from_secs(10),
+        in_transaction,
+        in_transaction,
+        in_transaction,
     );
     let next = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -365,9 +372,13 @@ fn pgbench_script(mode: Mode) -> String {
             SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
             email = COALESCE(customers.email, EXCLUDED.email), updated_at = now();"
         }
+        // A checkout provisions the customer and queues its welcome email in the outbox.
         _ => {
             "INSERT INTO customers (stripe_customer_id, email) VALUES ('cus_pgb_' || :client_id || '_' || :id, 'x@example.com') \
-            ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now();"
+            ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now();\n\
+            INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
+            SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', 'cus_pgb_' || :client_id || '_' || :id, 'email', 'x@example.com'), \
+            'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id ON CONFLICT DO NOTHING;"
         }
     };
     let full = format!("\\startpipeline\nBEGIN;\n{claim}\n{effect}\nCOMMIT;\n\\endpipeline\n");
