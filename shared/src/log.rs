@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
+use crate::config::ConfigError;
+
 type Sink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where log lines go: stdout in a function, memory in a test.
@@ -48,6 +50,16 @@ impl Log {
             }
         });
         (Self { sink }, lines)
+    }
+
+    /// Logs a configuration error as one line (it names the variable, never the value) and
+    /// hands the result back unchanged, so a function's `main` can stop before its first
+    /// invocation with the reason in the logs.
+    pub fn config<T>(&self, built: Result<T, ConfigError>) -> Result<T, ConfigError> {
+        if let Err(e) = &built {
+            self.write("error", &e.to_string(), Map::new());
+        }
+        built
     }
 
     /// Writes one line with `level`, `message` and the given fields.

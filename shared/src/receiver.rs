@@ -283,11 +283,5 @@ pub async fn run_from_env<P: Provider>(
         ))
     }
     .await;
-    match built {
-        Ok(receiver) => crate::lambda::serve(receiver).await,
-        Err(e) => {
-            log.write("error", &e.to_string(), Map::new());
-            Err(e.into())
-        }
-    }
+    crate::lambda::serve(log.config(built)?).await
 }

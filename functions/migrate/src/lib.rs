@@ -245,10 +245,8 @@ impl Migrator {
 /// otherwise wait for a response until the resource's timeout.
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     let log = Log::stdout();
-    let settings = Settings::from_env().await;
-    if let Err(e) = &settings {
-        log.write("error", &e.to_string(), Map::new());
-    }
+    // A configuration error is still answered (FAILED) so a deploy never waits on us.
+    let settings = log.config(Settings::from_env().await);
     let migrator = Migrator::new(settings, claimonce_migrations::ALL, log)
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;

@@ -496,13 +496,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         ))
     }
     .await;
-    let relay = match built {
-        Ok(relay) => relay,
-        Err(e) => {
-            log.write("error", &e.to_string(), Map::new());
-            return Err(e.into());
-        }
-    };
+    let relay = log.config(built)?;
     let relay = &relay;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let budget = Budget::before_deadline(event.context.deadline(), relay.margin());

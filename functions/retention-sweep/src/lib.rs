@@ -312,13 +312,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         ))
     }
     .await;
-    let sweeper = match built {
-        Ok(sweeper) => sweeper,
-        Err(e) => {
-            log.write("error", &e.to_string(), Map::new());
-            return Err(e.into());
-        }
-    };
+    let sweeper = log.config(built)?;
     let sweeper = &sweeper;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let budget = Budget::before_deadline(event.context.deadline(), sweeper.margin());
