@@ -152,3 +152,24 @@ impl TlsServer {
         )
     }
 }
+
+impl TlsServer {
+    /// Starts the server and applies the project's migrations; returns it with a plain
+    /// superuser connection for set-up and assertions.
+    pub async fn migrated() -> (Self, tokio_postgres::Client) {
+        let tls = tokio::task::spawn_blocking(Self::start)
+            .await
+            .expect("start");
+        let settings = claimonce::db::Settings::from_url(
+            &tls.url("127.0.0.1", Some("disable")),
+            None,
+            crate::db::test_timeouts(),
+        )
+        .expect("settings");
+        let mut admin = settings.connect().await.expect("connect");
+        claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
+            .await
+            .expect("migrate");
+        (tls, admin)
+    }
+}

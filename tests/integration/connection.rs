@@ -168,21 +168,7 @@ async fn tls_verifies_the_chain_and_the_host_name() {
 
 #[tokio::test]
 async fn a_delivery_over_verified_tls_is_processed() {
-    let tls = tokio::task::spawn_blocking(TlsServer::start)
-        .await
-        .expect("start");
-    let mut admin = Settings::from_url(
-        &tls.url("127.0.0.1", Some("disable")),
-        None,
-        test_timeouts(),
-    )
-    .expect("settings")
-    .connect()
-    .await
-    .expect("connect");
-    claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
-        .await
-        .expect("migrate");
+    let (tls, admin) = TlsServer::migrated().await;
     let settings = Settings::from_url(
         &tls.url("localhost", Some("require")),
         Some(&tls.ca),

@@ -34,21 +34,7 @@ fn credentials() -> Credentials {
 
 /// A TLS server with the migrations applied and a login role for the function.
 async fn server() -> (TlsServer, Client) {
-    let tls = tokio::task::spawn_blocking(TlsServer::start)
-        .await
-        .expect("start");
-    let mut admin = Settings::from_url(
-        &tls.url("127.0.0.1", Some("disable")),
-        None,
-        test_timeouts(),
-    )
-    .expect("settings")
-    .connect()
-    .await
-    .expect("connect");
-    claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
-        .await
-        .expect("migrate");
+    let (tls, admin) = TlsServer::migrated().await;
     admin
         .batch_execute("CREATE ROLE stripe_fn LOGIN IN ROLE claimonce_handler")
         .await
