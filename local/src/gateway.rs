@@ -3,7 +3,6 @@
 //! Runtime API, and turns the function's response payload back into HTTP.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,11 +12,11 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 
+use crate::http::Reply;
 use crate::runtime_api::{Outcome, RuntimeApi};
 
 /// Routes: `/webhooks/<provider>` → that function's Runtime API.
@@ -76,8 +75,6 @@ pub fn event(method: &str, path: &str, query: &str, headers: &HeaderMap, body: &
     })
 }
 
-type Reply = Response<Full<Bytes>>;
-
 fn plain(status: StatusCode, body: &str) -> Reply {
     let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
     *response.status_mut() = status;
@@ -130,14 +127,14 @@ pub fn response(payload: &[u8]) -> Reply {
         .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response headers"))
 }
 
-async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Reply {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let Some(function) = routes.get(&path) else {
-        return Ok(plain(StatusCode::NOT_FOUND, "{\"message\":\"Not Found\"}"));
+        return plain(StatusCode::NOT_FOUND, "{\"message\":\"Not Found\"}");
     };
     let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
-        return Ok(plain(StatusCode::BAD_REQUEST, "could not read the body"));
+        return plain(StatusCode::BAD_REQUEST, "could not read the body");
     };
     let event = event(
         parts.method.as_str(),
@@ -146,34 +143,24 @@ async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Result<Reply
         &parts.headers,
         &body,
     );
-    Ok(
-        match function.invoke(event.to_string(), FUNCTION_TIMEOUT).await {
-            Ok(Outcome::Response(payload)) => response(&payload),
-            // API Gateway answers a function error with 502 and a generic message.
-            Ok(Outcome::Error(_)) => plain(
-                StatusCode::BAD_GATEWAY,
-                "{\"message\":\"Internal Server Error\"}",
-            ),
-            Err(_) => plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "{\"message\":\"Service Unavailable\"}",
-            ),
-        },
-    )
+    match function.invoke(event.to_string(), FUNCTION_TIMEOUT).await {
+        Ok(Outcome::Response(payload)) => response(&payload),
+        // API Gateway answers a function error with 502 and a generic message.
+        Ok(Outcome::Error(_)) => plain(
+            StatusCode::BAD_GATEWAY,
+            "{\"message\":\"Internal Server Error\"}",
+        ),
+        Err(_) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{\"message\":\"Service Unavailable\"}",
+        ),
+    }
 }
 
 /// Serves `routes` on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, routes: Routes) {
     let routes = Arc::new(routes);
-    while let Ok((stream, _)) = listener.accept().await {
-        let routes = Arc::clone(&routes);
-        tokio::spawn(async move {
-            let service = service_fn(move |r| handle(Arc::clone(&routes), r));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    crate::http::serve(listener, move |r| handle(Arc::clone(&routes), r)).await;
 }
 
 /// Sends an API Gateway event's request (method POST, its route, headers and body) over HTTP

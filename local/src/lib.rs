@@ -5,6 +5,7 @@
 
 pub mod functions;
 pub mod gateway;
+pub mod http;
 pub mod migrations;
 pub mod pgbouncer;
 pub mod postgres;

@@ -4,7 +4,6 @@
 //! environments.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,13 +13,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::sync::{Mutex, mpsc, oneshot};
+
+use crate::http::Reply;
 
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +60,6 @@ pub struct RuntimeApi {
     queue: mpsc::Sender<Invocation>,
 }
 
-type Reply = Response<Full<Bytes>>;
-
 fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
@@ -75,16 +72,16 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-async fn route(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn route(state: Arc<State>, request: Request<Incoming>) -> Reply {
     let path = request.uri().path().to_owned();
     let Some(rest) = path.strip_prefix("/2018-06-01/runtime/") else {
-        return Ok(reply(StatusCode::NOT_FOUND, "unknown path"));
+        return reply(StatusCode::NOT_FOUND, "unknown path");
     };
     if request.method() == Method::GET && rest == "invocation/next" {
         // Long poll: one instance at a time waits on the queue.
         let next = state.pending.lock().await.recv().await;
         let Some(invocation) = next else {
-            return Ok(reply(StatusCode::GONE, "runtime api stopped"));
+            return reply(StatusCode::GONE, "runtime api stopped");
         };
         let id = format!(
             "{:08x}-local",
@@ -108,35 +105,25 @@ async fn route(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, I
             .header("lambda-runtime-invoked-function-arn", arn)
             .header("lambda-runtime-trace-id", format!("Root=1-00000000-{id}"))
             .body(Full::new(invocation.event));
-        return Ok(response.unwrap_or_else(|_| reply(StatusCode::INTERNAL_SERVER_ERROR, "")));
+        return response.unwrap_or_else(|_| reply(StatusCode::INTERNAL_SERVER_ERROR, ""));
     }
     if request.method() == Method::POST {
         if rest == "init/error" {
-            let body = request
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let body = crate::http::body(request).await;
             eprintln!(
                 "[{}] init error: {}",
                 state.function_name,
                 String::from_utf8_lossy(&body)
             );
-            return Ok(reply(StatusCode::ACCEPTED, ""));
+            return reply(StatusCode::ACCEPTED, "");
         }
         let parts: Vec<&str> = rest.split('/').collect();
         if let ["invocation", id, kind @ ("response" | "error")] = parts.as_slice() {
             let (id, kind) = ((*id).to_owned(), (*kind).to_owned());
-            let body = request
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let body = crate::http::body(request).await;
             let waiter = state.in_flight.lock().ok().and_then(|mut m| m.remove(&id));
             let Some(waiter) = waiter else {
-                return Ok(reply(StatusCode::BAD_REQUEST, "unknown request id"));
+                return reply(StatusCode::BAD_REQUEST, "unknown request id");
             };
             let outcome = if kind == "response" {
                 Outcome::Response(body)
@@ -144,10 +131,10 @@ async fn route(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, I
                 Outcome::Error(body)
             };
             let _ = waiter.send(outcome);
-            return Ok(reply(StatusCode::ACCEPTED, ""));
+            return reply(StatusCode::ACCEPTED, "");
         }
     }
-    Ok(reply(StatusCode::NOT_FOUND, "unknown path"))
+    reply(StatusCode::NOT_FOUND, "unknown path")
 }
 
 impl RuntimeApi {
@@ -162,17 +149,9 @@ impl RuntimeApi {
             in_flight: std::sync::Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         });
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let state = Arc::clone(&state);
-                tokio::spawn(async move {
-                    let service = service_fn(move |r| route(Arc::clone(&state), r));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        tokio::spawn(crate::http::serve(listener, move |r| {
+            route(Arc::clone(&state), r)
+        }));
         Ok(Self {
             addr,
             function_name: function_name.to_owned(),

@@ -3,7 +3,6 @@
 //! receivers wired the way a function's `main` wires them.
 
 pub mod apigw;
-pub mod aws_stub;
 pub mod db;
 pub mod lambda;
 pub mod proxy;

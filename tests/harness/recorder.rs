@@ -2,14 +2,10 @@
 //! says: the stand-in for CloudFormation's pre-signed response URL and for the SQS endpoint,
 //! so the real clients (our PUT, the AWS SDK's signed JSON calls) run unchanged in the tests.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -62,55 +58,39 @@ impl Recorder {
         let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
         let respond: Respond = Arc::new(respond);
         let kept = Arc::clone(&requests);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (kept, respond) = (Arc::clone(&kept), Arc::clone(&respond));
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: hyper::Request<Incoming>| {
-                        let (kept, respond) = (Arc::clone(&kept), Arc::clone(&respond));
-                        async move {
-                            let method = request.method().to_string();
-                            let uri = request.uri().to_string();
-                            let headers = request
-                                .headers()
-                                .iter()
-                                .map(|(n, v)| {
-                                    (
-                                        n.as_str().to_owned(),
-                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                                    )
-                                })
-                                .collect();
-                            let body = request
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let recorded = Recorded {
-                                method,
-                                uri,
-                                headers,
-                                body,
-                            };
-                            let (status, content_type, body) = respond(&recorded);
-                            kept.lock().expect("requests").push(recorded);
-                            let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
-                            *response.status_mut() =
-                                hyper::StatusCode::from_u16(status).expect("status");
-                            response.headers_mut().insert(
-                                "content-type",
-                                hyper::header::HeaderValue::from_static(content_type),
-                            );
-                            Ok::<_, Infallible>(response)
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
+        tokio::spawn(claimonce_local::http::serve(listener, move |request| {
+            let (kept, respond) = (Arc::clone(&kept), Arc::clone(&respond));
+            async move {
+                let method = request.method().to_string();
+                let uri = request.uri().to_string();
+                let headers = request
+                    .headers()
+                    .iter()
+                    .map(|(n, v)| {
+                        (
+                            n.as_str().to_owned(),
+                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                        )
+                    })
+                    .collect();
+                let body = claimonce_local::http::body(request).await;
+                let recorded = Recorded {
+                    method,
+                    uri,
+                    headers,
+                    body,
+                };
+                let (status, content_type, body) = respond(&recorded);
+                kept.lock().expect("requests").push(recorded);
+                let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+                *response.status_mut() = hyper::StatusCode::from_u16(status).expect("status");
+                response.headers_mut().insert(
+                    "content-type",
+                    hyper::header::HeaderValue::from_static(content_type),
+                );
+                response
             }
-        });
+        }));
         Self { url, requests }
     }
 
@@ -149,6 +129,37 @@ impl Recorder {
                 })
                 .to_string(),
             )
+        })
+        .await
+    }
+
+    /// An AWS Secrets Manager endpoint (JSON 1.1 protocol) that knows one secret: a signed
+    /// `GetSecretValue` for `arn` gets `secret_string`, anything else a
+    /// `ResourceNotFoundException`. The real SDK call (signing, protocol, parsing) runs
+    /// against it.
+    pub async fn secrets_manager(arn: &str, secret_string: &str) -> Self {
+        let (arn, secret) = (arn.to_owned(), secret_string.to_owned());
+        Self::start(move |request| {
+            let known = request.header("x-amz-target") == Some("secretsmanager.GetSecretValue")
+                && request.header("authorization").is_some()
+                && request.json()["SecretId"] == Value::String(arn.clone());
+            let (status, reply) = if known {
+                (
+                    200,
+                    json!({
+                        "ARN": arn, "Name": "claimonce/db", "SecretString": secret,
+                        "VersionId": "00000000-0000-0000-0000-000000000001",
+                        "VersionStages": ["AWSCURRENT"], "CreatedDate": 1795953600
+                    }),
+                )
+            } else {
+                (
+                    400,
+                    json!({"__type": "ResourceNotFoundException",
+                           "message": "Secrets Manager can't find the specified secret."}),
+                )
+            };
+            (status, "application/x-amz-json-1.1", reply.to_string())
         })
         .await
     }

@@ -11,9 +11,9 @@ use claimonce::auth::{IamTokens, fetch_secret};
 use claimonce::db::Settings;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
-use claimonce_tests::aws_stub::SecretsManager;
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::lambda::{binaries, function, sample_event};
+use claimonce_tests::recorder::Recorder;
 use claimonce_tests::sign::now;
 use claimonce_tests::tls::TlsServer;
 use serde_json::Value;
@@ -97,7 +97,7 @@ fn aws_env<'a>(tls: &'a TlsServer, port: &'a str) -> Vec<(&'a str, &'a str)> {
 
 #[tokio::test]
 async fn the_sdk_reads_the_standard_rds_secret() {
-    let stub = SecretsManager::start(ARN, SECRET).await;
+    let stub = Recorder::secrets_manager(ARN, SECRET).await;
     let config = aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(&stub.url)
@@ -116,13 +116,13 @@ async fn the_sdk_reads_the_standard_rds_secret() {
         missing.to_string().contains("ResourceNotFoundException"),
         "{missing}"
     );
-    assert_eq!(stub.calls(), 2);
+    assert_eq!(stub.requests().len(), 2);
 }
 
 #[tokio::test]
 async fn a_function_configured_with_a_secret_arn_reads_it_once_and_connects_over_verified_tls() {
     let (tls, admin) = server().await;
-    let stub = SecretsManager::start(ARN, SECRET).await;
+    let stub = Recorder::secrets_manager(ARN, SECRET).await;
     let f = function("stripe");
     let api = RuntimeApi::start(f.binary).await.expect("api");
     let port = tls.server.port.to_string();
@@ -148,7 +148,11 @@ async fn a_function_configured_with_a_secret_arn_reads_it_once_and_connects_over
         invoke(&api, "stripe/invoice.paid.json").await,
         (200, "duplicate".into())
     );
-    assert_eq!(stub.calls(), 1, "the secret is read once per cold start");
+    assert_eq!(
+        stub.requests().len(),
+        1,
+        "the secret is read once per cold start"
+    );
     assert_eq!(
         function_session(&admin).await,
         vec![("stripe_fn".to_owned(), true)]
