@@ -5,11 +5,11 @@
 //! short transaction, and starts another only while its budget allows, so it finishes and
 //! reports before Lambda would kill it. What it did not get to, the next run does.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::metrics::NAMESPACE;
+pub use crate::metrics::Metric;
 
 /// When a job must stop starting new units of work.
 #[derive(Debug, Clone, Copy)]
@@ -47,15 +47,20 @@ impl Budget {
     }
 }
 
-/// One metric of a job's report.
-#[derive(Debug, Clone, Copy)]
-pub struct Metric<'a> {
-    /// Metric name, e.g. `SweptRows`.
-    pub name: &'a str,
-    /// CloudWatch unit, e.g. `Count`, `Seconds`.
-    pub unit: &'a str,
-    /// The value.
-    pub value: f64,
+/// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
+/// schedule) gets a budget ending `margin` before its deadline and is answered with the
+/// report `job` returns.
+pub async fn serve<F, Fut>(margin: Duration, job: F) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(Budget) -> Fut,
+    Fut: std::future::Future<Output = Result<Value, lambda_runtime::Error>> + Send,
+{
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<Value>| {
+            job(Budget::before_deadline(event.context.deadline(), margin))
+        },
+    ))
+    .await
 }
 
 /// The function's name as Lambda sets it (`AWS_LAMBDA_FUNCTION_NAME`), else `default`: the
@@ -64,36 +69,15 @@ pub fn function_name(default: &str) -> String {
     crate::config::optional("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|| default.to_owned())
 }
 
-/// Adds `metrics`, in namespace [`NAMESPACE`] with the single dimension `Function`, to a
-/// job's report line: CloudWatch Logs turns the line into metric data points, no SDK call.
+/// Adds `metrics`, by the single dimension `Function`, to a job's report line.
 pub fn add_metrics(line: &mut Map<String, Value>, function: &str, metrics: &[Metric<'_>]) {
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-    let definitions: Vec<Value> = metrics
-        .iter()
-        .map(|m| json!({"Name": m.name, "Unit": m.unit}))
-        .collect();
-    line.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [["Function"]],
-                "Metrics": definitions
-            }]
-        }),
-    );
-    line.insert("Function".into(), function.into());
-    for m in metrics {
-        line.insert(m.name.into(), m.value.into());
-    }
+    crate::metrics::embed(line, &[("Function", function)], metrics);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_budget_ends_a_margin_before_the_deadline() {
@@ -117,7 +101,7 @@ mod tests {
         let metric = Metric {
             name: "SweptRows",
             unit: "Count",
-            value: 3.0,
+            value: 3.0.into(),
         };
         add_metrics(&mut line, "sweep-fn", &[metric]);
         let directive = &line["_aws"]["CloudWatchMetrics"][0];

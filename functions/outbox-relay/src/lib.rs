@@ -25,7 +25,6 @@ use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, Metric};
-use lambda_runtime::{LambdaEvent, service_fn};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -453,17 +452,17 @@ impl<D: Dispatch> Relay<D> {
             Metric {
                 name: "OutboxDispatched",
                 unit: "Count",
-                value: report.dispatched as f64,
+                value: (report.dispatched as f64).into(),
             },
             Metric {
                 name: "OutboxFailed",
                 unit: "Count",
-                value: report.failed as f64,
+                value: (report.failed as f64).into(),
             },
             Metric {
                 name: "OutboxOldestPendingSeconds",
                 unit: "Seconds",
-                value: report.oldest_pending_seconds,
+                value: report.oldest_pending_seconds.into(),
             },
         ];
         scheduled::add_metrics(&mut line, &self.function, &metrics);
@@ -498,11 +497,9 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let relay = log.config(built)?;
     let relay = &relay;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let budget = Budget::before_deadline(event.context.deadline(), relay.margin());
-        let report = relay.run(&budget).await?;
-        Ok::<_, lambda_runtime::Error>(report.to_json())
-    }))
+    scheduled::serve(relay.margin(), move |budget| async move {
+        Ok(relay.run(&budget).await?.to_json())
+    })
     .await
 }
 

@@ -19,7 +19,6 @@ use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, Metric};
-use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::{Map, Value, json};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -278,12 +277,12 @@ impl Sweeper {
             Metric {
                 name: "SweptRows",
                 unit: "Count",
-                value: report.removed as f64,
+                value: (report.removed as f64).into(),
             },
             Metric {
                 name: "SweptOutboxRows",
                 unit: "Count",
-                value: report.outbox_removed as f64,
+                value: (report.outbox_removed as f64).into(),
             },
         ];
         scheduled::add_metrics(&mut line, &self.function, &metrics);
@@ -314,11 +313,9 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let sweeper = log.config(built)?;
     let sweeper = &sweeper;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let budget = Budget::before_deadline(event.context.deadline(), sweeper.margin());
-        let report = sweeper.run(&budget).await?;
-        Ok::<_, lambda_runtime::Error>(report.to_json())
-    }))
+    scheduled::serve(sweeper.margin(), move |budget| async move {
+        Ok(sweeper.run(&budget).await?.to_json())
+    })
     .await
 }
 
