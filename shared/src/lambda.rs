@@ -3,28 +3,143 @@
 //!
 //! The event is read here rather than by `lambda_http`'s own adapter because that adapter
 //! panics on a body flagged `isBase64Encoded` that is not base64; a request that cannot be
-//! read must be a 400 like any other bad request, not a crashed execution environment.
+//! read must be a 400 like any other bad request, not a crashed execution environment. It is
+//! also read in one pass that borrows from the event text and keeps only the method, the
+//! headers and the body: the rest of the event (request context, query, cookies) is skipped,
+//! never allocated.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
 use std::time::Instant;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use lambda_http::aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayV2httpRequest};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use lambda_http::{Body, Request, Response};
 use lambda_runtime::{LambdaEvent, service_fn};
-use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use crate::receiver::{Provider, Receiver};
 use crate::response::{Problem, Rejection};
 
-/// The one field read before the event is parsed in its own shape.
+/// The parts of an API Gateway event the receiver reads, in either payload format.
 #[derive(Deserialize)]
-struct Probe<'a> {
-    #[serde(borrow)]
+struct Event<'a> {
+    /// "2.0" for an HTTP API payload 2.0; absent (or "1.0") for a REST API event.
+    #[serde(borrow, default)]
     version: Option<Cow<'a, str>>,
+    /// The method of a 1.0 event.
+    #[serde(rename = "httpMethod", borrow, default)]
+    http_method: Option<Cow<'a, str>>,
+    /// The method of a 2.0 event is `requestContext.http.method`.
+    #[serde(rename = "requestContext", borrow, default)]
+    request_context: Option<Context<'a>>,
+    /// One value per header (2.0, and 1.0's single-value twin).
+    #[serde(default)]
+    headers: Headers<One>,
+    /// Every value per header (1.0 only).
+    #[serde(rename = "multiValueHeaders", default)]
+    multi_value_headers: Headers<Many>,
+    #[serde(borrow, default)]
+    body: Option<Cow<'a, str>>,
+    #[serde(rename = "isBase64Encoded", default)]
+    is_base64_encoded: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Context<'a> {
+    #[serde(borrow, default)]
+    http: Option<HttpContext<'a>>,
+}
+
+#[derive(Deserialize)]
+struct HttpContext<'a> {
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+}
+
+/// A header map read straight from the event's JSON object, names lower-cased by
+/// `HeaderName`. A name or value HTTP cannot carry makes the event unreadable. `V` says
+/// whether each header holds one string (`headers`) or a list (`multiValueHeaders`); `null`
+/// is no headers.
+struct Headers<V>(HeaderMap, PhantomData<V>);
+
+impl<V> Default for Headers<V> {
+    fn default() -> Self {
+        Self(HeaderMap::new(), PhantomData)
+    }
+}
+
+/// One string per header.
+struct One;
+/// A list of strings per header.
+struct Many;
+
+trait Values<'de> {
+    fn append<A: MapAccess<'de>>(
+        map: &mut A,
+        name: HeaderName,
+        headers: &mut HeaderMap,
+    ) -> Result<(), A::Error>;
+}
+
+fn header_value<E: de::Error>(value: &str) -> Result<HeaderValue, E> {
+    HeaderValue::from_str(value).map_err(|_| E::custom("a header value HTTP cannot carry"))
+}
+
+impl<'de> Values<'de> for One {
+    fn append<A: MapAccess<'de>>(
+        map: &mut A,
+        name: HeaderName,
+        headers: &mut HeaderMap,
+    ) -> Result<(), A::Error> {
+        let value: Cow<'de, str> = map.next_value()?;
+        headers.insert(name, header_value(&value)?);
+        Ok(())
+    }
+}
+
+impl<'de> Values<'de> for Many {
+    fn append<A: MapAccess<'de>>(
+        map: &mut A,
+        name: HeaderName,
+        headers: &mut HeaderMap,
+    ) -> Result<(), A::Error> {
+        let values: Vec<Cow<'de, str>> = map.next_value()?;
+        for value in values {
+            headers.append(name.clone(), header_value(&value)?);
+        }
+        Ok(())
+    }
+}
+
+impl<'de, V: Values<'de>> Deserialize<'de> for Headers<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Read<V>(PhantomData<V>);
+        impl<'de, V: Values<'de>> Visitor<'de> for Read<V> {
+            type Value = Headers<V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of headers")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Headers::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut headers = HeaderMap::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    let name = HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| de::Error::custom("a header name HTTP cannot carry"))?;
+                    V::append(&mut map, name, &mut headers)?;
+                }
+                Ok(Headers(headers, PhantomData))
+            }
+        }
+        deserializer.deserialize_any(Read(PhantomData))
+    }
 }
 
 /// Which payload format the event came in, and so which response format it expects.
@@ -42,40 +157,46 @@ enum Format {
 /// panics on a body flagged base64 that is not; any of those is a 400 here.
 fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
     let unreadable = |format, detail| (format, Rejection::new(Problem::UnreadableBody, detail));
-    let not_an_event =
-        |format| move |_| unreadable(format, "the event is not an API Gateway event");
-    let probe: Probe<'_> = serde_json::from_str(event).map_err(not_an_event(Format::V1))?;
-    let format = if probe.version.as_deref() == Some("2.0") {
-        Format::V2
-    } else {
-        Format::V1
-    };
-    let (method, headers, body, base64) = match format {
-        Format::V2 => {
-            let ag: ApiGatewayV2httpRequest =
-                serde_json::from_str(event).map_err(not_an_event(format))?;
-            (
-                ag.request_context.http.method,
-                ag.headers,
-                ag.body,
-                ag.is_base64_encoded,
-            )
+    let not_an_event = |format| unreadable(format, "the event is not an API Gateway event");
+    // A 2.0 event that cannot be read is still answered in 2.0's format when its version can
+    // be found: the whole event failed, so look for the version on its own.
+    let event: Event<'_> = serde_json::from_str(event).map_err(|_| {
+        #[derive(Deserialize)]
+        struct Probe<'a> {
+            #[serde(borrow)]
+            version: Option<Cow<'a, str>>,
         }
+        let probe = serde_json::from_str::<Probe<'_>>(event).ok();
+        not_an_event(format_of(probe.and_then(|p| p.version).as_deref()))
+    })?;
+    let format = format_of(event.version.as_deref());
+    let method = match format {
+        Format::V2 => event.request_context.and_then(|c| c.http).map(|h| h.method),
+        Format::V1 => event.http_method,
+    }
+    .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+    .ok_or_else(|| not_an_event(format))?;
+    let headers = match format {
+        Format::V2 => event.headers.0,
         Format::V1 => {
-            let ag: ApiGatewayProxyRequest =
-                serde_json::from_str(event).map_err(not_an_event(format))?;
             // Single-value headers replace their multi-value twins, as API Gateway fills both.
-            let mut headers = ag.multi_value_headers;
-            headers.extend(ag.headers);
-            (ag.http_method, headers, ag.body, ag.is_base64_encoded)
+            let mut headers = event.multi_value_headers.0;
+            for (name, value) in event.headers.0 {
+                if let Some(name) = name {
+                    headers.insert(name, value);
+                }
+            }
+            headers
         }
     };
-    let body = match body {
+    let body = match event.body {
         None => Body::Empty,
-        Some(text) if base64 => Body::Binary(STANDARD.decode(text.as_bytes()).map_err(|_| {
-            unreadable(format, "the body is flagged base64 but is not valid base64")
-        })?),
-        Some(text) => Body::Text(text),
+        Some(text) if event.is_base64_encoded == Some(true) => {
+            Body::Binary(STANDARD.decode(text.as_bytes()).map_err(|_| {
+                unreadable(format, "the body is flagged base64 but is not valid base64")
+            })?)
+        }
+        Some(text) => Body::Text(text.into_owned()),
     };
     let mut request = Request::new(body);
     *request.method_mut() = method;
@@ -83,44 +204,88 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
     Ok((format, request))
 }
 
-/// The API Gateway response payload for `response` in the event's format.
-fn payload(format: Format, response: Response<Body>) -> Value {
-    let (parts, body) = response.into_parts();
-    let (body, base64) = match body {
-        Body::Empty => (String::new(), false),
-        Body::Text(text) => (text, false),
-        Body::Binary(bytes) => (STANDARD.encode(bytes), true),
-        _ => (String::new(), false),
-    };
-    let mut headers = Map::new();
-    let mut multi = Map::new();
-    for (name, value) in &parts.headers {
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        headers.insert(name.as_str().to_owned(), Value::String(value.clone()));
-        multi.insert(
-            name.as_str().to_owned(),
-            Value::Array(vec![Value::String(value)]),
-        );
+fn format_of(version: Option<&str>) -> Format {
+    if version == Some("2.0") {
+        Format::V2
+    } else {
+        Format::V1
     }
-    let mut payload = Map::new();
-    payload.insert("statusCode".into(), parts.status.as_u16().into());
-    payload.insert("headers".into(), Value::Object(headers));
-    if format == Format::V1 {
-        payload.insert("multiValueHeaders".into(), Value::Object(multi));
+}
+
+/// The API Gateway response payload for one request, in the event's format.
+#[derive(Debug)]
+pub struct Payload {
+    format: Format,
+    response: Response<Body>,
+}
+
+impl Payload {
+    /// The HTTP status of the response.
+    pub fn status(&self) -> u16 {
+        self.response.status().as_u16()
     }
-    payload.insert("body".into(), Value::String(body));
-    payload.insert("isBase64Encoded".into(), base64.into());
-    Value::Object(payload)
+
+    /// The response it carries.
+    pub fn response(&self) -> &Response<Body> {
+        &self.response
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Serialises `{"statusCode", "headers", ["multiValueHeaders",] "body",
+        // "isBase64Encoded"}` straight from the response: no intermediate JSON value.
+        struct Single<'a>(&'a HeaderMap);
+        struct Multi<'a>(&'a HeaderMap);
+        fn text(value: &HeaderValue) -> Cow<'_, str> {
+            String::from_utf8_lossy(value.as_bytes())
+        }
+        impl Serialize for Single<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(
+                    self.0
+                        .iter()
+                        .map(|(name, value)| (name.as_str(), text(value))),
+                )
+            }
+        }
+        impl Serialize for Multi<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(self.0.keys().map(|name| {
+                    (
+                        name.as_str(),
+                        self.0.get_all(name).iter().map(text).collect::<Vec<_>>(),
+                    )
+                }))
+            }
+        }
+        let headers = self.response.headers();
+        let (body, base64) = match self.response.body() {
+            Body::Text(text) => (Cow::Borrowed(text.as_str()), false),
+            Body::Binary(bytes) => (Cow::Owned(STANDARD.encode(bytes)), true),
+            _ => (Cow::Borrowed(""), false),
+        };
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("statusCode", &self.status())?;
+        map.serialize_entry("headers", &Single(headers))?;
+        if self.format == Format::V1 {
+            map.serialize_entry("multiValueHeaders", &Multi(headers))?;
+        }
+        map.serialize_entry("body", &body)?;
+        map.serialize_entry("isBase64Encoded", &base64)?;
+        map.end()
+    }
 }
 
 impl<P: Provider> Receiver<P> {
     /// Handles one raw API Gateway event and returns the response payload for it.
-    pub async fn handle_event(&self, event: &str) -> Value {
+    pub async fn handle_event(&self, event: &str) -> Payload {
         let started = Instant::now();
-        match read(event) {
-            Ok((format, request)) => payload(format, self.handle(request).await),
-            Err((format, rejection)) => payload(format, self.refuse(started, rejection)),
-        }
+        let (format, response) = match read(event) {
+            Ok((format, request)) => (format, self.handle(request).await),
+            Err((format, rejection)) => (format, self.refuse(started, rejection)),
+        };
+        Payload { format, response }
     }
 }
 

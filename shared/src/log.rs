@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Map;
 
 use crate::config::ConfigError;
 
@@ -62,12 +63,22 @@ impl Log {
         built
     }
 
-    /// Writes one line with `level`, `message` and the given fields.
-    pub fn write(&self, level: &str, message: &str, fields: Map<String, Value>) {
-        let mut line = Map::with_capacity(fields.len() + 2);
-        line.insert("level".into(), level.into());
-        line.insert("message".into(), message.into());
-        line.extend(fields);
-        (self.sink)(&Value::Object(line).to_string());
+    /// Writes one line with `level`, `message` and the given fields: a JSON map, or a struct
+    /// that serialises as one (the hot path's typed lines).
+    pub fn write(&self, level: &str, message: &str, fields: impl Serialize) {
+        #[derive(Serialize)]
+        struct Line<'a, F> {
+            level: &'a str,
+            message: &'a str,
+            #[serde(flatten)]
+            fields: F,
+        }
+        if let Ok(line) = serde_json::to_string(&Line {
+            level,
+            message,
+            fields,
+        }) {
+            (self.sink)(&line);
+        }
     }
 }

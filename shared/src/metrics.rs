@@ -4,7 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "claimonce";
@@ -20,28 +21,65 @@ pub struct Metric<'a> {
     pub value: Value,
 }
 
+/// A metric's name and unit, as the directive declares it.
+#[derive(Debug, Serialize)]
+struct Definition<'a> {
+    #[serde(rename = "Name")]
+    name: &'a str,
+    #[serde(rename = "Unit")]
+    unit: &'a str,
+}
+
+/// The `_aws` member of an EMF line: which members of the line are metrics, in which
+/// namespace, by which dimensions. The one place the directive's shape is written.
+#[derive(Debug, Serialize)]
+struct Directive<'a, D: Serialize> {
+    #[serde(rename = "Timestamp")]
+    timestamp: u64,
+    #[serde(rename = "CloudWatchMetrics")]
+    sets: [Set<'a, D>; 1],
+}
+
+#[derive(Debug, Serialize)]
+struct Set<'a, D: Serialize> {
+    #[serde(rename = "Namespace")]
+    namespace: &'static str,
+    #[serde(rename = "Dimensions")]
+    dimensions: [&'a [&'a str]; 1],
+    #[serde(rename = "Metrics")]
+    metrics: D,
+}
+
+impl<'a, D: Serialize> Directive<'a, D> {
+    fn new(dimensions: &'a [&'a str], metrics: D) -> Self {
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        Self {
+            timestamp,
+            sets: [Set {
+                namespace: NAMESPACE,
+                dimensions: [dimensions],
+                metrics,
+            }],
+        }
+    }
+}
+
 /// Adds `metrics` in [`NAMESPACE`], by the given `dimensions` (one dimension set, name and
 /// value each), to `line`: the `_aws` directive plus every dimension and metric as a member.
 pub fn embed(line: &mut Map<String, Value>, dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     let names: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
-    let definitions: Vec<Value> = metrics
+    let definitions: Vec<Definition<'_>> = metrics
         .iter()
-        .map(|m| json!({"Name": m.name, "Unit": m.unit}))
+        .map(|m| Definition {
+            name: m.name,
+            unit: m.unit,
+        })
         .collect();
-    line.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [names],
-                "Metrics": definitions
-            }]
-        }),
-    );
+    if let Ok(directive) = serde_json::to_value(Directive::new(&names, definitions)) {
+        line.insert("_aws".into(), directive);
+    }
     for (name, value) in dimensions {
         line.insert((*name).into(), (*value).into());
     }
@@ -50,23 +88,44 @@ pub fn embed(line: &mut Map<String, Value>, dimensions: &[(&str, &str)], metrics
     }
 }
 
-/// Adds the `Deliveries` (count) and `LatencyMs` metrics, by `Provider` and `Disposition`,
-/// to a delivery's log line.
-pub fn delivery(line: &mut Map<String, Value>, provider: &str, disposition: &str, latency_ms: f64) {
-    embed(
-        line,
-        &[("Provider", provider), ("Disposition", disposition)],
-        &[
-            Metric {
-                name: "Deliveries",
-                unit: "Count",
-                value: 1.into(),
-            },
-            Metric {
-                name: "LatencyMs",
-                unit: "Milliseconds",
-                value: latency_ms.into(),
-            },
-        ],
-    );
+/// The metric members of a delivery's log line: `Deliveries` (count, always 1) and
+/// `LatencyMs`, by `Provider` and `Disposition`. Flattened into the line, it writes the same
+/// members [`embed`] would, without building them as JSON values first.
+#[derive(Debug, Serialize)]
+pub struct Delivery<'a> {
+    #[serde(rename = "_aws")]
+    directive: Directive<'static, [Definition<'static>; 2]>,
+    #[serde(rename = "Provider")]
+    provider: &'a str,
+    #[serde(rename = "Disposition")]
+    disposition: &'a str,
+    #[serde(rename = "Deliveries")]
+    deliveries: u8,
+    #[serde(rename = "LatencyMs")]
+    latency_ms: f64,
+}
+
+impl<'a> Delivery<'a> {
+    /// The metrics of one delivery.
+    pub fn new(provider: &'a str, disposition: &'a str, latency_ms: f64) -> Self {
+        Self {
+            directive: Directive::new(
+                &["Provider", "Disposition"],
+                [
+                    Definition {
+                        name: "Deliveries",
+                        unit: "Count",
+                    },
+                    Definition {
+                        name: "LatencyMs",
+                        unit: "Milliseconds",
+                    },
+                ],
+            ),
+            provider,
+            disposition,
+            deliveries: 1,
+            latency_ms,
+        }
+    }
 }

@@ -5,7 +5,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Map;
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError};
@@ -90,6 +91,25 @@ struct Delivery {
     error: Option<String>,
 }
 
+/// The one log line of a delivery, written straight from these fields.
+#[derive(Serialize)]
+struct DeliveryLine<'a> {
+    provider: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+    disposition: &'a str,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    latency_ms: f64,
+    #[serde(flatten)]
+    metrics: metrics::Delivery<'a>,
+}
+
 impl Delivery {
     fn rejected(rejection: Rejection) -> Self {
         Self {
@@ -137,37 +157,28 @@ impl<P: Provider> Receiver<P> {
 
     /// Logs the delivery's one line and turns its disposition into the response.
     fn finish(&self, started: Instant, delivery: Delivery) -> Response<Body> {
-        let mut fields = Map::new();
-        fields.insert("provider".into(), self.provider.name().into());
-        if let Some(id) = delivery.event_id {
-            fields.insert("event_id".into(), id.into());
-        }
-        if let Some(t) = delivery.event_type {
-            fields.insert("event_type".into(), t.into());
-        }
-        fields.insert("disposition".into(), delivery.disposition.name().into());
-        let status = delivery.disposition.status().as_u16();
-        fields.insert("status".into(), status.into());
-        if let Disposition::Rejected(r) = &delivery.disposition {
-            fields.insert("problem".into(), r.problem.slug().into());
-        }
-        if let Some(error) = delivery.error {
-            fields.insert("error".into(), error.into());
-        }
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let latency_ms = latency_us as f64 / 1000.0;
-        fields.insert("latency_ms".into(), Value::from(latency_ms));
-        metrics::delivery(
-            &mut fields,
-            self.provider.name(),
-            delivery.disposition.name(),
+        let disposition = delivery.disposition.name();
+        let line = DeliveryLine {
+            provider: self.provider.name(),
+            event_id: delivery.event_id.as_deref(),
+            event_type: delivery.event_type.as_deref(),
+            disposition,
+            status: delivery.disposition.status().as_u16(),
+            problem: match &delivery.disposition {
+                Disposition::Rejected(r) => Some(r.problem.slug()),
+                _ => None,
+            },
+            error: delivery.error.as_deref(),
             latency_ms,
-        );
+            metrics: metrics::Delivery::new(self.provider.name(), disposition, latency_ms),
+        };
         let level = match delivery.disposition {
             Disposition::Error => "error",
             _ => "info",
         };
-        self.log.write(level, "delivery", fields);
+        self.log.write(level, "delivery", &line);
         delivery.disposition.into_response()
     }
 

@@ -6,7 +6,7 @@
 
 use lambda_http::Body;
 use lambda_http::http::{Response, StatusCode, header};
-use serde_json::json;
+use serde::Serialize;
 
 /// Why a request was refused. Every variant is a request that can never succeed as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,29 +126,30 @@ impl Disposition {
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let (content_type, body) = match &self {
-            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => {
-                ("application/json", json!({ "disposition": self.name() }))
-            }
+            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => (
+                "application/json",
+                format!("{{\"disposition\":\"{}\"}}", self.name()),
+            ),
             Disposition::Rejected(r) => (
                 "application/problem+json",
-                json!({
-                    "type": format!("https://claimonce.dev/problems/{}", r.problem.slug()),
-                    "title": r.problem.title(),
-                    "status": status.as_u16(),
-                    "detail": r.detail,
-                }),
+                problem_json(
+                    &format!("https://claimonce.dev/problems/{}", r.problem.slug()),
+                    r.problem.title(),
+                    status,
+                    r.detail,
+                ),
             ),
             Disposition::Error => (
                 "application/problem+json",
-                json!({
-                    "type": "about:blank",
-                    "title": "Internal Server Error",
-                    "status": 500,
-                    "detail": "The event was not applied; the delivery can be retried.",
-                }),
+                problem_json(
+                    "about:blank",
+                    "Internal Server Error",
+                    status,
+                    "The event was not applied; the delivery can be retried.",
+                ),
             ),
         };
-        let mut response = Response::new(Body::Text(body.to_string()));
+        let mut response = Response::new(Body::Text(body));
         *response.status_mut() = status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -161,4 +162,23 @@ impl Disposition {
         }
         response
     }
+}
+
+/// An RFC 9457 problem document.
+fn problem_json(kind: &str, title: &str, status: StatusCode, detail: &str) -> String {
+    #[derive(Serialize)]
+    struct Document<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        title: &'a str,
+        status: u16,
+        detail: &'a str,
+    }
+    serde_json::to_string(&Document {
+        kind,
+        title,
+        status: status.as_u16(),
+        detail,
+    })
+    .unwrap_or_default()
 }

@@ -26,8 +26,13 @@ fn slug(payload: &Value) -> String {
         .to_owned()
 }
 
+/// The response payload as the runtime sends it: serialised.
+async fn payload_of(receiver: &Receiver<Stripe>, event: &str) -> Value {
+    serde_json::to_value(receiver.handle_event(event).await).expect("a JSON payload")
+}
+
 async fn answer(receiver: &Receiver<Stripe>, event: &Value) -> (u64, String) {
-    let payload = receiver.handle_event(&event.to_string()).await;
+    let payload = payload_of(receiver, &event.to_string()).await;
     (payload["statusCode"].as_u64().unwrap_or(0), slug(&payload))
 }
 
@@ -42,7 +47,7 @@ async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
         v1_event("POST", PATH, &[("stripe-signature", &sig)], &body, true),
     ] {
         event["body"] = Value::String("%%% not base64 %%%".into());
-        let payload = receiver.handle_event(&event.to_string()).await;
+        let payload = payload_of(&receiver, &event.to_string()).await;
         assert_eq!(payload["statusCode"], 400);
         assert_eq!(slug(&payload), "unreadable-body");
     }
@@ -57,22 +62,22 @@ async fn responses_come_back_in_the_format_the_event_came_in() {
     let (receiver, _) = db.receiver(stripe());
     let body = invoice_paid("evt_fmt2", "cus_f", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    let v2 = receiver
-        .handle_event(
-            &v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, false).to_string(),
-        )
-        .await;
+    let v2 = payload_of(
+        &receiver,
+        &v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, false).to_string(),
+    )
+    .await;
     assert_eq!(v2["statusCode"], 200);
     assert_eq!(v2["headers"]["content-type"], "application/json");
     assert!(v2.get("multiValueHeaders").is_none());
     assert_eq!(v2["isBase64Encoded"], false);
     let body = invoice_paid("evt_fmt1", "cus_f", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    let v1 = receiver
-        .handle_event(
-            &v1_event("POST", PATH, &[("Stripe-Signature", &sig)], &body, true).to_string(),
-        )
-        .await;
+    let v1 = payload_of(
+        &receiver,
+        &v1_event("POST", PATH, &[("Stripe-Signature", &sig)], &body, true).to_string(),
+    )
+    .await;
     assert_eq!(v1["statusCode"], 200);
     assert_eq!(
         v1["multiValueHeaders"]["content-type"][0],
@@ -256,9 +261,54 @@ async fn an_escaped_base64_flag_is_still_the_flag() {
     let (receiver, _) = db.receiver(stripe());
     // JSON allows the key to be written with escapes; it is the same key.
     let event = r#"{"version":"2.0","isBase64\u0045ncoded":true,"body":"!!","requestContext":{"http":{"method":"POST"}}}"#;
-    let payload = receiver.handle_event(event).await;
+    let payload = payload_of(&receiver, event).await;
     assert_eq!(
         (payload["statusCode"].as_u64(), slug(&payload).as_str()),
         (Some(400), "unreadable-body")
     );
+}
+
+#[tokio::test]
+async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_them() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_hdrs", "cus_h", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let headers = [("stripe-signature", sig.as_str())];
+
+    // A name or a value HTTP cannot carry: the event is unreadable, nothing is written.
+    for (name, value) in [
+        ("stripe signature", sig.as_str()),
+        ("stripe-signature", "t=1\nv1=00"),
+    ] {
+        let mut event = v2_event("POST", PATH, &headers, &body, false);
+        event["headers"] = json!({ name: value });
+        assert_eq!(
+            answer(&receiver, &event).await,
+            (400, "unreadable-body".to_owned()),
+            "{name:?}"
+        );
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+
+    // A REST event whose signature is only in `multiValueHeaders` (single-value `headers`
+    // null) is read from there.
+    let mut event = v1_event("POST", PATH, &headers, &body, false);
+    event["headers"] = Value::Null;
+    assert_eq!(
+        answer(&receiver, &event).await,
+        (200, "processed".to_owned())
+    );
+
+    // Where both maps name a header, the single value wins: a wrong multi-value twin does not
+    // hide a right single value.
+    let body = invoice_paid("evt_hdrs2", "cus_h", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let mut event = v1_event("POST", PATH, &[("stripe-signature", &sig)], &body, false);
+    event["multiValueHeaders"] = json!({ "Stripe-Signature": ["t=1,v1=00"] });
+    assert_eq!(
+        answer(&receiver, &event).await,
+        (200, "processed".to_owned())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
 }
