@@ -195,6 +195,18 @@ pub fn parse_secret(json: &str) -> Result<DbSecret, AuthError> {
     })
 }
 
+/// The AWS configuration loader every SDK call in the process starts from: the defaults
+/// (region, credential chain, `AWS_ENDPOINT_URL_*`) with the SDK's own hyper HTTPS client on
+/// rustls with ring, the database connection's provider, instead of its default aws-lc. The
+/// credential chain's own calls use the same client.
+pub fn aws_config() -> aws_config::ConfigLoader {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https)
+}
+
 /// Reads the secret `arn` from Secrets Manager with the given AWS configuration.
 pub async fn fetch_secret(
     config: &aws_config::SdkConfig,

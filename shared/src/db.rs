@@ -135,7 +135,7 @@ impl Settings {
                     .into(),
             ));
         }
-        let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let aws = crate::auth::aws_config().load().await;
         let port = u16::try_from(config::number("DB_PORT", 5432)?)
             .map_err(|_| ConfigError("DB_PORT must be a port number".into()))?;
         let mut settings = Self::verified(config::required("DB_HOST")?, port, timeouts, root)?;
@@ -336,7 +336,7 @@ fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, ConfigEr
         }
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|_| ConfigError("TLS protocol versions unavailable".into()))?

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region};
+use aws_config::Region;
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use claimonce::auth::{IamTokens, fetch_secret};
@@ -98,7 +98,7 @@ fn aws_env<'a>(tls: &'a TlsServer, port: &'a str) -> Vec<(&'a str, &'a str)> {
 #[tokio::test]
 async fn the_sdk_reads_the_standard_rds_secret() {
     let stub = Recorder::secrets_manager(ARN, SECRET).await;
-    let config = aws_config::defaults(BehaviorVersion::latest())
+    let config = claimonce::auth::aws_config()
         .region(Region::new("us-east-1"))
         .endpoint_url(&stub.url)
         .credentials_provider(credentials())

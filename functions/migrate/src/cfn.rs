@@ -139,8 +139,8 @@ type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::H
 fn https_client() -> Result<Client<Https, Full<Bytes>>, PutFailed> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    // The same single crypto provider as the database connection (aws-lc-rs).
-    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    // The same single crypto provider as the database connection (ring).
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|_| PutFailed("TLS protocol versions unavailable".into()))?

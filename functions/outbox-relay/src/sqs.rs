@@ -34,7 +34,7 @@ impl Sqs {
     /// the function; `AWS_ENDPOINT_URL_SQS` redirects it, e.g. to a VPC endpoint or a test).
     pub async fn from_env() -> Result<Self, ConfigError> {
         let url = config::required("OUTBOX_QUEUE_URL")?;
-        let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let aws = claimonce::auth::aws_config().load().await;
         Ok(Self::new(&aws, &url))
     }
 
