@@ -53,8 +53,8 @@ fn event(id: &str, kind: &str, object: Value) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// CPU time (user + system) of this process so far, in milliseconds, from /proc.
-pub fn cpu_ms() -> f64 {
+/// This process's CPU time so far, in milliseconds: (user, system), from `/proc/self/stat`.
+pub fn cpu_ms() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // The command name may contain spaces; the fields after it are space separated.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
@@ -66,7 +66,7 @@ pub fn cpu_ms() -> f64 {
             .unwrap_or(0.0)
     };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks/s.
-    (ticks(11) + ticks(12)) * 10.0
+    (ticks(11) * 10.0, ticks(12) * 10.0)
 }
 
 /// Peak resident memory (VmHWM) of process `pid` ("self" for this one), in KiB.

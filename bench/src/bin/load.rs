@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --release -p claimonce-bench --bin load -- [--seconds 10] [--clients 1,8,32,64]
-//!     [--modes unique,dup,credit,naive] [--quick]
+//!     [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--role-timeouts] [--quick]
 //! ```
 
 use std::fmt::Write as _;
@@ -35,6 +35,9 @@ enum Mode {
     Unique,
     /// Each event delivered 4 times back to back.
     Dup,
+    /// Each event delivered 4 times, the copies 64 deliveries apart: more than the clients
+    /// in flight, so no copy waits for another. Against `dup`, it prices that wait.
+    DupApart,
     /// invoice.paid on a few hot customers.
     Credit,
     /// The naive shape: transaction(), then query()/execute() with named statements.
@@ -46,6 +49,7 @@ impl Mode {
         match s {
             "unique" => Some(Mode::Unique),
             "dup" => Some(Mode::Dup),
+            "dup-apart" => Some(Mode::DupApart),
             "credit" => Some(Mode::Credit),
             "naive" => Some(Mode::Naive),
             _ => None,
@@ -55,6 +59,7 @@ impl Mode {
         match self {
             Mode::Unique => "unique",
             Mode::Dup => "dup",
+            Mode::DupApart => "dup-apart",
             Mode::Credit => "credit",
             Mode::Naive => "naive (unique)",
         }
@@ -63,6 +68,9 @@ impl Mode {
 
 struct Args {
     seconds: u64,
+    /// Every row this many times, each handler run next to its own pgbench runs: the machine's
+    /// drift between runs shows as the spread of the ratios.
+    repeat: u32,
     clients: Vec<usize>,
     modes: Vec<Mode>,
 }
@@ -79,6 +87,7 @@ fn args() -> Result<Args, String> {
     let seconds = value("--seconds").map_or(Ok(if quick { 1 } else { 10 }), |s| {
         s.parse().map_err(|_| "--seconds")
     })?;
+    let repeat = value("--repeat").map_or(Ok(1), |s| s.parse().map_err(|_| "--repeat"))?;
     let clients = value("--clients")
         .unwrap_or_else(|| {
             if quick {
@@ -91,12 +100,13 @@ fn args() -> Result<Args, String> {
         .map(|c| c.parse().map_err(|_| "--clients"))
         .collect::<Result<Vec<usize>, _>>()?;
     let modes = value("--modes")
-        .unwrap_or_else(|| "unique,dup,credit,naive".into())
+        .unwrap_or_else(|| "unique,dup,dup-apart,credit,naive".into())
         .split(',')
-        .map(|m| Mode::parse(m).ok_or("--modes: unique,dup,credit,naive"))
+        .map(|m| Mode::parse(m).ok_or("--modes: unique,dup,dup-apart,credit,naive"))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Args {
         seconds,
+        repeat,
         clients,
         modes,
     })
@@ -133,8 +143,12 @@ fn delivery(mode: Mode, run: &str, n: u64) -> (Vec<u8>, i64) {
             checkout(&format!("evt_{run}_{n}"), &format!("cus_{run}_{n}")),
             0,
         ),
-        Mode::Dup => {
-            let e = n / 4;
+        Mode::Dup | Mode::DupApart => {
+            let e = if mode == Mode::Dup {
+                n / 4
+            } else {
+                (n / 256) * 64 + n % 64
+            };
             (
                 invoice(
                     &format!("evt_{run}_{e}"),
@@ -161,7 +175,8 @@ struct Measured {
     errors: u64,
     seconds: f64,
     latencies_us: Vec<u32>,
-    cpu_ms: f64,
+    /// (user, system) CPU of the process during the run.
+    cpu_ms: (f64, f64),
     credited: i64,
 }
 
@@ -195,23 +210,28 @@ fn prepare(mode: Mode, run: &str, count: u64) -> Vec<(String, Vec<u8>, i64)> {
         .collect()
 }
 
-async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
-    // Enough for ~12k deliveries/s; a run that drains the pool stops early and says so.
-    let prepared = Arc::new(prepare(mode, run, seconds * 12_000));
-    // `--role-timeouts`: the bounds come from the login role (`ALTER ROLE … SET`), so the
-    // handler sends no SET LOCAL; otherwise each transaction sets them.
+/// The bounds every transaction runs with. `--role-timeouts`: they come from the login role
+/// (`ALTER ROLE … SET`), so the handler sends no SET LOCAL; otherwise each transaction sets
+/// them.
+fn timeouts() -> Timeouts {
     let in_transaction = if std::env::args().any(|a| a == "--role-timeouts") {
         Duration::ZERO
     } else {
         Duration::from_secs(8)
     };
-    let timeouts = Timeouts::new(
+    Timeouts::new(
         Duration::from_secs(5),
         Duration::from_secs(10),
         in_transaction,
         in_transaction,
         in_transaction,
-    );
+    )
+}
+
+async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
+    let timeouts = timeouts();
+    // Enough for ~12k deliveries/s; a run that drains the pool stops early and says so.
+    let prepared = Arc::new(prepare(mode, run, seconds * 12_000));
     let next = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
@@ -277,11 +297,16 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
                     let amount = *amount;
                     let t0 = Instant::now();
                     let payload = receiver.handle_event(raw).await;
+                    // What the runtime sends back to Lambda: the payload, serialised.
+                    let sent = serde_json::to_vec(&payload).map_or(0, |v| v.len());
                     latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
                     // The body is exactly what the response policy writes; compare, not parse.
                     let processed_body =
-                        payload["body"].as_str() == Some(r#"{"disposition":"processed"}"#);
-                    match (payload["statusCode"].as_u64(), processed_body) {
+                        &payload.response().body()[..] == br#"{"disposition":"processed"}"#;
+                    match (
+                        Some(u64::from(payload.status())).filter(|_| sent > 0),
+                        processed_body,
+                    ) {
                         (Some(200), true) => {
                             processed += 1;
                             credited += amount;
@@ -300,7 +325,7 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
         errors: 0,
         seconds: 0.0,
         latencies_us: Vec::new(),
-        cpu_ms: 0.0,
+        cpu_ms: (0.0, 0.0),
         credited: 0,
     };
     for task in tasks {
@@ -315,7 +340,8 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
     if next.load(Ordering::Relaxed) >= prepared.len() as u64 {
         eprintln!("load: the prepared deliveries ran out before the deadline");
     }
-    measured.cpu_ms = cpu_ms() - cpu_before;
+    let (user, sys) = cpu_ms();
+    measured.cpu_ms = (user - cpu_before.0, sys - cpu_before.1);
     measured.latencies_us.sort_unstable();
     measured
 }
@@ -350,7 +376,7 @@ async fn check(mode: Mode, admin: &Client, m: &Measured) -> Result<(), String> {
                 "{customers} customers for {processed} processed checkouts"
             ));
         }
-        Mode::Dup | Mode::Credit if credit != m.credited => {
+        Mode::Dup | Mode::DupApart | Mode::Credit if credit != m.credited => {
             problems.push(format!("credited {credit}, expected {}", m.credited));
         }
         _ => {}
@@ -362,15 +388,33 @@ async fn check(mode: Mode, admin: &Client, m: &Measured) -> Result<(), String> {
     }
 }
 
-fn pgbench_script(mode: Mode) -> String {
-    let claim = "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
-        VALUES ('stripe', 'pgb_' || :client_id || '_' || :id, 'x', '\\x00') ON CONFLICT (provider, event_id) DO NOTHING RETURNING id;";
+/// How pgbench groups a delivery's statements into round trips.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Flights {
+    /// As the handler sends them: BEGIN with the timeouts and the claim, then the effect (or
+    /// the duplicate's hash lookup) with COMMIT.
+    Two,
+    /// Everything in one pipeline, which the handler cannot do: it must see the claim's answer
+    /// before it knows whether to send the effect.
+    One,
+}
+
+/// pgbench's script for one delivery of `mode`: the handler's SQL, statement for statement,
+/// starting with the same `begin` (BEGIN and the `SET LOCAL` bounds).
+fn pgbench_script(mode: Mode, flights: Flights, begin: &str) -> String {
+    let begin: String = begin.split("; ").map(|s| format!("{s};\n")).collect();
+    let claim = |id: &str| {
+        format!(
+            "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
+             VALUES ('stripe', {id}, 'x', '\\x00') ON CONFLICT (provider, event_id) DO NOTHING RETURNING id;\n"
+        )
+    };
     let effect = match mode {
-        Mode::Credit | Mode::Dup => {
+        Mode::Credit | Mode::Dup | Mode::DupApart => {
             "INSERT INTO customers (stripe_customer_id, email, credit_balance_cents) \
             VALUES ('cus_hot_' || :c, 'x@example.com', 100) ON CONFLICT (stripe_customer_id) DO UPDATE \
             SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
-            email = COALESCE(customers.email, EXCLUDED.email), updated_at = now();"
+            email = COALESCE(customers.email, EXCLUDED.email), updated_at = now();\n"
         }
         // A checkout provisions the customer and queues its welcome email in the outbox.
         _ => {
@@ -378,31 +422,40 @@ fn pgbench_script(mode: Mode) -> String {
             ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now();\n\
             INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
             SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', 'cus_pgb_' || :client_id || '_' || :id, 'email', 'x@example.com'), \
-            'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id ON CONFLICT DO NOTHING;"
+            'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id ON CONFLICT DO NOTHING;\n"
         }
     };
-    let full = format!("\\startpipeline\nBEGIN;\n{claim}\n{effect}\nCOMMIT;\n\\endpipeline\n");
+    let split = match flights {
+        Flights::Two => "\\endpipeline\n\\startpipeline\n",
+        Flights::One => "",
+    };
+    let delivery = |claim: String, rest: &str| {
+        format!("\\startpipeline\n{begin}{claim}{split}{rest}COMMIT;\n\\endpipeline\n")
+    };
+    let full = delivery(claim("'pgb_' || :client_id || '_' || :id"), effect);
     let head =
         format!("\\set id random(1, 9000000000000000)\n\\set c random(1, {HOT_CUSTOMERS})\n");
     match mode {
-        // Three of four deliveries find the claim taken: claim, hash lookup, COMMIT.
+        // Three of four deliveries find the claim taken: claim, then hash lookup and COMMIT.
         Mode::Dup => format!(
-            "{head}\\set n random(1, 4)\n\\if :n = 1\n{full}\\else\n\\startpipeline\nBEGIN;\n\
-             INSERT INTO processed_events (provider, event_id, event_type) VALUES ('stripe', 'pgb_dup', 'x') \
-             ON CONFLICT (provider, event_id) DO NOTHING RETURNING id;\n\
-             SELECT payload_sha256 FROM processed_events WHERE provider = 'stripe' AND event_id = 'pgb_dup';\n\
-             COMMIT;\n\\endpipeline\n\\endif\n"
+            "{head}\\set n random(1, 4)\n\\if :n = 1\n{full}\\else\n{}\\endif\n",
+            delivery(
+                claim("'pgb_dup'"),
+                "SELECT payload_sha256 FROM processed_events WHERE provider = 'stripe' AND event_id = 'pgb_dup';\n"
+            )
         ),
         _ => format!("{head}{full}"),
     }
 }
 
-/// pgbench's tps for `mode`'s SQL, pipelined like the handler's flights. `protocol` is
+/// pgbench's tps for `mode`'s SQL in `flights` round trips. `protocol` is
 /// `prepared` (named statements planned once: the database's own ceiling) or `extended`
 /// (unnamed statements parsed and planned every time: the protocol a transaction-pooling
 /// proxy allows, and the one the handler uses).
+#[allow(clippy::too_many_arguments)]
 fn pgbench(
     mode: Mode,
+    flights: Flights,
     protocol: &str,
     port: u16,
     db: &str,
@@ -411,10 +464,14 @@ fn pgbench(
     dir: &std::path::Path,
 ) -> Result<f64, String> {
     let script = dir.join(format!(
-        "{}.sql",
+        "{}_{flights:?}.sql",
         mode.name().split(' ').next().unwrap_or("x")
     ));
-    std::fs::write(&script, pgbench_script(mode)).map_err(|e| e.to_string())?;
+    std::fs::write(
+        &script,
+        pgbench_script(mode, flights, timeouts().begin_sql()),
+    )
+    .map_err(|e| e.to_string())?;
     let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
     let output = Command::new(exe)
         .args([
@@ -506,100 +563,122 @@ async fn main() -> std::process::ExitCode {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| mode | clients | deliveries/s | pgbench, unnamed statements (tps) | ratio | pgbench, prepared (tps) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 | invariant |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| mode | clients | deliveries/s | pgbench, same two flights (tps) | ratio | pgbench, one flight (tps) | ratio | pgbench, one flight, prepared (tps) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 (user + sys) | invariant |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut failed = false;
-    let mut ceilings: std::collections::HashMap<(&str, usize, &str), f64> =
+    let mut ceilings: std::collections::HashMap<(&str, usize, Flights, &str, u32), f64> =
         std::collections::HashMap::new();
-    for &mode in &args.modes {
-        for &clients in &args.clients {
-            let run = format!("{}_{clients}", mode.name().split(' ').next().unwrap_or("x"));
-            let db = format!("bench_{run}");
-            admin
-                .batch_execute(&format!("CREATE DATABASE {db} TEMPLATE bench_template"))
-                .await
-                .expect("db");
-            let url = pg.url(&db);
-            let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
-            let check_client = connect(&url).await;
-            let invariant = check(mode, &check_client, &m).await;
-            drop(check_client);
-            if invariant.is_err() {
-                failed = true;
+    let mut rows = Vec::new();
+    for repetition in 0..args.repeat {
+        for &mode in &args.modes {
+            for &clients in &args.clients {
+                rows.push((repetition, mode, clients));
             }
-            let ceiling_mode = if mode == Mode::Naive {
-                Mode::Unique
+        }
+    }
+    for (repetition, mode, clients) in rows {
+        let run = format!(
+            "{}_{clients}_{repetition}",
+            mode.name()
+                .split(' ')
+                .next()
+                .unwrap_or("x")
+                .replace('-', "_")
+        );
+        let db = format!("bench_{run}");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db} TEMPLATE bench_template"))
+            .await
+            .expect("db");
+        let url = pg.url(&db);
+        let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
+        let check_client = connect(&url).await;
+        let invariant = check(mode, &check_client, &m).await;
+        drop(check_client);
+        if invariant.is_err() {
+            failed = true;
+        }
+        let ceiling_mode = match mode {
+            Mode::Naive => Mode::Unique,
+            Mode::DupApart => Mode::Dup,
+            _ => mode,
+        };
+        let mut ceiling = [0.0_f64; 3];
+        let shapes = [
+            (Flights::Two, "extended"),
+            (Flights::One, "extended"),
+            (Flights::One, "prepared"),
+        ];
+        for (slot, (flights, protocol)) in shapes.into_iter().enumerate() {
+            let key = (ceiling_mode.name(), clients, flights, protocol, repetition);
+            let tps = match ceilings.get(&key) {
+                Some(tps) => *tps,
+                None => {
+                    let pdb = format!("pgbench_{run}_{flights:?}_{protocol}").to_lowercase();
+                    admin
+                        .batch_execute(&format!("CREATE DATABASE {pdb} TEMPLATE bench_template"))
+                        .await
+                        .expect("db");
+                    let tps = pgbench(
+                        ceiling_mode,
+                        flights,
+                        protocol,
+                        pg.port,
+                        &pdb,
+                        clients,
+                        args.seconds,
+                        &dir,
+                    )
+                    .unwrap_or_else(|e| {
+                        eprintln!("{e}");
+                        0.0
+                    });
+                    ceilings.insert(key, tps);
+                    tps
+                }
+            };
+            if let Some(c) = ceiling.get_mut(slot) {
+                *c = tps;
+            }
+        }
+        let [same_flights, one_flight, prepared] = ceiling;
+        let rate = m.deliveries as f64 / m.seconds;
+        let ratio = |ceiling: f64| {
+            if ceiling > 0.0 {
+                format!("{:.0}%", 100.0 * rate / ceiling)
             } else {
-                mode
-            };
-            let mut ceiling = [0.0_f64; 2];
-            for (slot, protocol) in ["extended", "prepared"].into_iter().enumerate() {
-                let key = (ceiling_mode.name(), clients, protocol);
-                let tps = match ceilings.get(&key) {
-                    Some(tps) => *tps,
-                    None => {
-                        let pdb = format!("pgbench_{run}_{protocol}");
-                        admin
-                            .batch_execute(&format!(
-                                "CREATE DATABASE {pdb} TEMPLATE bench_template"
-                            ))
-                            .await
-                            .expect("db");
-                        let tps = pgbench(
-                            ceiling_mode,
-                            protocol,
-                            pg.port,
-                            &pdb,
-                            clients,
-                            args.seconds,
-                            &dir,
-                        )
-                        .unwrap_or_else(|e| {
-                            eprintln!("{e}");
-                            0.0
-                        });
-                        ceilings.insert(key, tps);
-                        tps
-                    }
-                };
-                if let Some(c) = ceiling.get_mut(slot) {
-                    *c = tps;
-                }
+                "n/a".into()
             }
-            let [same_protocol, prepared] = ceiling;
-            let rate = m.deliveries as f64 / m.seconds;
-            let ratio = |ceiling: f64| {
-                if ceiling > 0.0 {
-                    format!("{:.0}%", 100.0 * rate / ceiling)
-                } else {
-                    "n/a".into()
-                }
-            };
-            let cpu = if m.deliveries > 0 {
-                m.cpu_ms * 1000.0 / m.deliveries as f64
+        };
+        let per_1000 = |ms: f64| {
+            if m.deliveries > 0 {
+                ms * 1000.0 / m.deliveries as f64
             } else {
                 0.0
-            };
-            let _ = writeln!(
-                table,
-                "| {} | {clients} | {rate:.0} | {same_protocol:.0} | {} | {prepared:.0} | {} | {:.2} | {:.2} | {} | {cpu:.1} | {} |",
-                mode.name(),
-                ratio(same_protocol),
-                ratio(prepared),
-                percentile(&m.latencies_us, 0.50),
-                percentile(&m.latencies_us, 0.99),
-                m.errors,
-                match &invariant {
-                    Ok(()) => "ok".to_owned(),
-                    Err(e) => format!("BROKEN: {e}"),
-                },
-            );
-            eprintln!(
-                "{} x{clients}: {rate:.0}/s vs pgbench {same_protocol:.0} (unnamed) / {prepared:.0} (prepared) tps",
-                mode.name()
-            );
-        }
+            }
+        };
+        let (user, sys) = (per_1000(m.cpu_ms.0), per_1000(m.cpu_ms.1));
+        let _ = writeln!(
+            table,
+            "| {} | {clients} | {rate:.0} | {same_flights:.0} | {} | {one_flight:.0} | {} | {prepared:.0} | {} | {:.2} | {:.2} | {} | {:.1} ({user:.1} + {sys:.1}) | {} |",
+            mode.name(),
+            ratio(same_flights),
+            ratio(one_flight),
+            ratio(prepared),
+            percentile(&m.latencies_us, 0.50),
+            percentile(&m.latencies_us, 0.99),
+            m.errors,
+            user + sys,
+            match &invariant {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => format!("BROKEN: {e}"),
+            },
+        );
+        eprintln!(
+            "{} x{clients}: {rate:.0}/s vs pgbench {same_flights:.0} (two flights) / {one_flight:.0} (one) / {prepared:.0} (one, prepared) tps",
+            mode.name()
+        );
     }
     println!(
         "PostgreSQL fsync={fsync}, synchronous_commit={sync}; {} s per run",
