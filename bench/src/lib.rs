@@ -69,6 +69,20 @@ pub fn cpu_ms() -> (f64, f64) {
     (ticks(11) * 10.0, ticks(12) * 10.0)
 }
 
+/// CPU time (user + system) of this process's children that have ended and been waited for,
+/// in milliseconds: fields 16 and 17 (cutime, cstime) of `/proc/self/stat`.
+pub fn children_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after
+        .split_whitespace()
+        .skip(13)
+        .take(2)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum::<f64>()
+        * 10.0
+}
+
 /// Peak resident memory (VmHWM) of process `pid` ("self" for this one), in KiB.
 pub fn peak_rss_kib(pid: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

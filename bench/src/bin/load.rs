@@ -20,7 +20,7 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::verify::timestamp_v1;
 use claimonce::{Limits, Receiver};
-use claimonce_bench::{checkout, cpu_ms, invoice, peak_rss_kib};
+use claimonce_bench::{checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib};
 use claimonce_local::postgres::{Options, Postgres, bin_dir};
 use serde_json::json;
 use stripe_webhook::Stripe;
@@ -448,6 +448,15 @@ fn pgbench_script(mode: Mode, flights: Flights, begin: &str) -> String {
     }
 }
 
+/// What one pgbench run measured.
+#[derive(Clone, Copy, Default)]
+struct Ceiling {
+    tps: f64,
+    /// pgbench's own CPU (user + system) per 1,000 transactions: the C client's cost, to
+    /// read beside the handler's, since both share the machine with PostgreSQL.
+    client_cpu_per_1000: f64,
+}
+
 /// pgbench's tps for `mode`'s SQL in `flights` round trips. `protocol` is
 /// `prepared` (named statements planned once: the database's own ceiling) or `extended`
 /// (unnamed statements parsed and planned every time: the protocol a transaction-pooling
@@ -462,7 +471,7 @@ fn pgbench(
     clients: usize,
     seconds: u64,
     dir: &std::path::Path,
-) -> Result<f64, String> {
+) -> Result<Ceiling, String> {
     let script = dir.join(format!(
         "{}_{flights:?}.sql",
         mode.name().split(' ').next().unwrap_or("x")
@@ -473,6 +482,7 @@ fn pgbench(
     )
     .map_err(|e| e.to_string())?;
     let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
+    let cpu_before = children_cpu_ms();
     let output = Command::new(exe)
         .args([
             "-h",
@@ -498,17 +508,27 @@ fn pgbench(
         .arg(db)
         .output()
         .map_err(|e| format!("pgbench: {e}"))?;
+    let cpu = children_cpu_ms() - cpu_before;
     let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .find(|l| l.starts_with("tps = "))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "pgbench gave no tps: {text}{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
+    let field = |prefix: &str, index: usize| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.split_whitespace().nth(index))
+            .and_then(|v| v.split('/').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let tps = field("tps = ", 2);
+    let transactions = field("number of transactions actually processed: ", 5);
+    match (tps, transactions) {
+        (Some(tps), Some(n)) if n > 0.0 => Ok(Ceiling {
+            tps,
+            client_cpu_per_1000: cpu * 1000.0 / n,
+        }),
+        _ => Err(format!(
+            "pgbench gave no tps: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
 }
 
 // One thread, like one Lambda execution environment's runtime: the environments interleave
@@ -563,11 +583,11 @@ async fn main() -> std::process::ExitCode {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| mode | clients | deliveries/s | pgbench, same two flights (tps) | ratio | pgbench, one flight (tps) | ratio | pgbench, one flight, prepared (tps) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 (user + sys) | invariant |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| mode | clients | deliveries/s | pgbench, same two flights (tps) | ratio | pgbench, one flight (tps) | ratio | pgbench, one flight, prepared (tps) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 (user + sys) | pgbench client CPU ms / 1000 (two flights) | invariant |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut failed = false;
-    let mut ceilings: std::collections::HashMap<(&str, usize, Flights, &str, u32), f64> =
+    let mut ceilings: std::collections::HashMap<(&str, usize, Flights, &str, u32), Ceiling> =
         std::collections::HashMap::new();
     let mut rows = Vec::new();
     for repetition in 0..args.repeat {
@@ -604,7 +624,7 @@ async fn main() -> std::process::ExitCode {
             Mode::DupApart => Mode::Dup,
             _ => mode,
         };
-        let mut ceiling = [0.0_f64; 3];
+        let mut ceiling = [Ceiling::default(); 3];
         let shapes = [
             (Flights::Two, "extended"),
             (Flights::One, "extended"),
@@ -612,15 +632,15 @@ async fn main() -> std::process::ExitCode {
         ];
         for (slot, (flights, protocol)) in shapes.into_iter().enumerate() {
             let key = (ceiling_mode.name(), clients, flights, protocol, repetition);
-            let tps = match ceilings.get(&key) {
-                Some(tps) => *tps,
+            let measured = match ceilings.get(&key) {
+                Some(measured) => *measured,
                 None => {
                     let pdb = format!("pgbench_{run}_{flights:?}_{protocol}").to_lowercase();
                     admin
                         .batch_execute(&format!("CREATE DATABASE {pdb} TEMPLATE bench_template"))
                         .await
                         .expect("db");
-                    let tps = pgbench(
+                    let measured = pgbench(
                         ceiling_mode,
                         flights,
                         protocol,
@@ -632,17 +652,18 @@ async fn main() -> std::process::ExitCode {
                     )
                     .unwrap_or_else(|e| {
                         eprintln!("{e}");
-                        0.0
+                        Ceiling::default()
                     });
-                    ceilings.insert(key, tps);
-                    tps
+                    ceilings.insert(key, measured);
+                    measured
                 }
             };
             if let Some(c) = ceiling.get_mut(slot) {
-                *c = tps;
+                *c = measured;
             }
         }
-        let [same_flights, one_flight, prepared] = ceiling;
+        let [two, one, one_prepared] = ceiling;
+        let (same_flights, one_flight, prepared) = (two.tps, one.tps, one_prepared.tps);
         let rate = m.deliveries as f64 / m.seconds;
         let ratio = |ceiling: f64| {
             if ceiling > 0.0 {
@@ -661,7 +682,7 @@ async fn main() -> std::process::ExitCode {
         let (user, sys) = (per_1000(m.cpu_ms.0), per_1000(m.cpu_ms.1));
         let _ = writeln!(
             table,
-            "| {} | {clients} | {rate:.0} | {same_flights:.0} | {} | {one_flight:.0} | {} | {prepared:.0} | {} | {:.2} | {:.2} | {} | {:.1} ({user:.1} + {sys:.1}) | {} |",
+            "| {} | {clients} | {rate:.0} | {same_flights:.0} | {} | {one_flight:.0} | {} | {prepared:.0} | {} | {:.2} | {:.2} | {} | {:.1} ({user:.1} + {sys:.1}) | {:.1} | {} |",
             mode.name(),
             ratio(same_flights),
             ratio(one_flight),
@@ -670,6 +691,7 @@ async fn main() -> std::process::ExitCode {
             percentile(&m.latencies_us, 0.99),
             m.errors,
             user + sys,
+            two.client_cpu_per_1000,
             match &invariant {
                 Ok(()) => "ok".to_owned(),
                 Err(e) => format!("BROKEN: {e}"),
