@@ -53,34 +53,31 @@ fn event(id: &str, kind: &str, object: Value) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// This process's CPU time so far, in milliseconds: (user, system), from `/proc/self/stat`.
-pub fn cpu_ms() -> (f64, f64) {
+/// Field `n` (1-based, as `proc(5)` numbers them) of `/proc/self/stat` as a time in
+/// milliseconds: the CPU fields count clock ticks, 100 per second.
+fn stat_ms(n: usize) -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name may contain spaces; the fields after it are space separated.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name; 100 ticks/s.
-    (ticks(11) * 10.0, ticks(12) * 10.0)
-}
-
-/// CPU time (user + system) of this process's children that have ended and been waited for,
-/// in milliseconds: fields 16 and 17 (cutime, cstime) of `/proc/self/stat`.
-pub fn children_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may contain spaces; the fields after it, from field 3 on,
+    // are space separated.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     after
         .split_whitespace()
-        .skip(13)
-        .take(2)
-        .filter_map(|v| v.parse::<f64>().ok())
-        .sum::<f64>()
+        .nth(n.saturating_sub(3))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
         * 10.0
+}
+
+/// This process's CPU time so far, in milliseconds: (user, system), fields 14 and 15
+/// (utime, stime).
+pub fn cpu_ms() -> (f64, f64) {
+    (stat_ms(14), stat_ms(15))
+}
+
+/// CPU time (user + system) of this process's children that have ended and been waited for,
+/// in milliseconds: fields 16 and 17 (cutime, cstime).
+pub fn children_cpu_ms() -> f64 {
+    stat_ms(16) + stat_ms(17)
 }
 
 /// Peak resident memory (VmHWM) of process `pid` ("self" for this one), in KiB.
