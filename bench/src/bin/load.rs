@@ -284,7 +284,7 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
                     stripe,
                     Database::new(settings),
                     Limits::default(),
-                    Log::capture().0,
+                    Log::discard(),
                 );
                 receiver.warm_up().await;
                 while Instant::now() < deadline {
