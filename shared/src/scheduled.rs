@@ -69,8 +69,21 @@ pub fn function_name(default: &str) -> String {
     crate::config::optional("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|| default.to_owned())
 }
 
-/// Adds `metrics`, by the single dimension `Function`, to a job's report line.
-pub fn add_metrics(line: &mut Map<String, Value>, function: &str, metrics: &[Metric<'_>]) {
+/// Adds what every job's report line carries besides its own counts: `duration_ms` since
+/// `started`, the `error` if the run failed, and `metrics` by the single dimension
+/// `Function`.
+pub fn finish_report(
+    line: &mut Map<String, Value>,
+    started: Instant,
+    error: Option<&str>,
+    function: &str,
+    metrics: &[Metric<'_>],
+) {
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    line.insert("duration_ms".into(), ms.into());
+    if let Some(e) = error {
+        line.insert("error".into(), e.into());
+    }
     crate::metrics::embed(line, &[("Function", function)], metrics);
 }
 
@@ -103,7 +116,15 @@ mod tests {
             unit: "Count",
             value: 3.0.into(),
         };
-        add_metrics(&mut line, "sweep-fn", &[metric]);
+        finish_report(
+            &mut line,
+            Instant::now(),
+            Some("connection refused"),
+            "sweep-fn",
+            &[metric],
+        );
+        assert!(line["duration_ms"].as_u64().is_some());
+        assert_eq!(line["error"], "connection refused");
         let directive = &line["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], "claimonce");
         assert_eq!(directive["Dimensions"], json!([["Function"]]));

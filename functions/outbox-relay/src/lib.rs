@@ -443,11 +443,6 @@ impl<D: Dispatch> Relay<D> {
             "oldest_pending_seconds".into(),
             report.oldest_pending_seconds.into(),
         );
-        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        line.insert("duration_ms".into(), ms.into());
-        if let Some(e) = &report.error {
-            line.insert("error".into(), e.as_str().into());
-        }
         let metrics = [
             Metric {
                 name: "OutboxDispatched",
@@ -465,7 +460,13 @@ impl<D: Dispatch> Relay<D> {
                 value: report.oldest_pending_seconds.into(),
             },
         ];
-        scheduled::add_metrics(&mut line, &self.function, &metrics);
+        scheduled::finish_report(
+            &mut line,
+            started,
+            report.error.as_deref(),
+            &self.function,
+            &metrics,
+        );
         let level = if report.error.is_some() {
             "error"
         } else if report.failed > 0 {

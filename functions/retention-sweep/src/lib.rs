@@ -267,11 +267,6 @@ impl Sweeper {
         line.insert("finished".into(), report.finished.into());
         line.insert("retention_days".into(), self.policy.retention_days.into());
         line.insert("batch_size".into(), self.policy.batch_size.into());
-        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        line.insert("duration_ms".into(), ms.into());
-        if let Some(e) = &report.error {
-            line.insert("error".into(), e.as_str().into());
-        }
         // Counts fit an f64 exactly far beyond any realistic ledger.
         let metrics = [
             Metric {
@@ -285,7 +280,13 @@ impl Sweeper {
                 value: (report.outbox_removed as f64).into(),
             },
         ];
-        scheduled::add_metrics(&mut line, &self.function, &metrics);
+        scheduled::finish_report(
+            &mut line,
+            started,
+            report.error.as_deref(),
+            &self.function,
+            &metrics,
+        );
         let level = if report.error.is_some() {
             "error"
         } else {
