@@ -181,11 +181,7 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
         Format::V1 => {
             // Single-value headers replace their multi-value twins, as API Gateway fills both.
             let mut headers = event.multi_value_headers.0;
-            for (name, value) in event.headers.0 {
-                if let Some(name) = name {
-                    headers.insert(name, value);
-                }
-            }
+            headers.extend(event.headers.0);
             headers
         }
     };

@@ -11,14 +11,14 @@ use serde_json::{Map, Value};
 pub const NAMESPACE: &str = "claimonce";
 
 /// One metric on a line.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Metric<'a> {
     /// Metric name, e.g. `Deliveries`, `SweptRows`.
     pub name: &'a str,
     /// CloudWatch unit, e.g. `Count`, `Milliseconds`.
     pub unit: &'a str,
-    /// The value, as written on the line (a count stays an integer if given as one).
-    pub value: Value,
+    /// The value.
+    pub value: f64,
 }
 
 /// A metric's name and unit, as the directive declares it.
@@ -84,7 +84,7 @@ pub fn embed(line: &mut Map<String, Value>, dimensions: &[(&str, &str)], metrics
         line.insert((*name).into(), (*value).into());
     }
     for m in metrics {
-        line.insert(m.name.into(), m.value.clone());
+        line.insert(m.name.into(), m.value.into());
     }
 }
 

@@ -114,7 +114,7 @@ mod tests {
         let metric = Metric {
             name: "SweptRows",
             unit: "Count",
-            value: 3.0.into(),
+            value: 3.0,
         };
         finish_report(
             &mut line,

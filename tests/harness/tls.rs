@@ -151,9 +151,7 @@ impl TlsServer {
             self.server.port
         )
     }
-}
 
-impl TlsServer {
     /// Starts the server and applies the project's migrations; returns it with a plain
     /// superuser connection for set-up and assertions.
     pub async fn migrated() -> (Self, tokio_postgres::Client) {

@@ -447,17 +447,17 @@ impl<D: Dispatch> Relay<D> {
             Metric {
                 name: "OutboxDispatched",
                 unit: "Count",
-                value: (report.dispatched as f64).into(),
+                value: report.dispatched as f64,
             },
             Metric {
                 name: "OutboxFailed",
                 unit: "Count",
-                value: (report.failed as f64).into(),
+                value: report.failed as f64,
             },
             Metric {
                 name: "OutboxOldestPendingSeconds",
                 unit: "Seconds",
-                value: report.oldest_pending_seconds.into(),
+                value: report.oldest_pending_seconds,
             },
         ];
         scheduled::finish_report(

@@ -272,12 +272,12 @@ impl Sweeper {
             Metric {
                 name: "SweptRows",
                 unit: "Count",
-                value: (report.removed as f64).into(),
+                value: report.removed as f64,
             },
             Metric {
                 name: "SweptOutboxRows",
                 unit: "Count",
-                value: (report.outbox_removed as f64).into(),
+                value: report.outbox_removed as f64,
             },
         ];
         scheduled::finish_report(
