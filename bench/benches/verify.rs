@@ -117,7 +117,7 @@ fn handler(c: &mut Criterion) {
     let settings = Settings::from_url(
         "postgres://u@127.0.0.1:1/x?sslmode=disable",
         None,
-        Timeouts::new(t, t, t, t, t),
+        Timeouts::new(t, t),
     )
     .expect("settings");
     let stripe = stripe_webhook::Stripe::new(&[STRIPE_SECRET], u64::MAX / 4).expect("secret");

@@ -53,31 +53,61 @@ fn event(id: &str, kind: &str, object: Value) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// Field `n` (1-based, as `proc(5)` numbers them) of `/proc/self/stat` as a time in
-/// milliseconds: the CPU fields count clock ticks, 100 per second.
-fn stat_ms(n: usize) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// Fields `n` (1-based, as `proc(5)` numbers them) of `/proc/<pid>/stat` ("self" for this
+/// process), each read as a time in milliseconds: the CPU fields count clock ticks, 100 per
+/// second. A process that is gone reads as zeros.
+fn stat_ms<const N: usize>(pid: &str, fields: [usize; N]) -> [f64; N] {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The command name (field 2) may contain spaces; the fields after it, from field 3 on,
     // are space separated.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    after
+    let after: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
         .split_whitespace()
-        .nth(n.saturating_sub(3))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        * 10.0
+        .collect();
+    fields.map(|n| {
+        after
+            .get(n.saturating_sub(3))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            * 10.0
+    })
 }
 
 /// This process's CPU time so far, in milliseconds: (user, system), fields 14 and 15
 /// (utime, stime).
 pub fn cpu_ms() -> (f64, f64) {
-    (stat_ms(14), stat_ms(15))
+    let [user, system] = stat_ms("self", [14, 15]);
+    (user, system)
 }
 
 /// CPU time (user + system) of this process's children that have ended and been waited for,
 /// in milliseconds: fields 16 and 17 (cutime, cstime).
 pub fn children_cpu_ms() -> f64 {
-    stat_ms(16) + stat_ms(17)
+    stat_ms("self", [16, 17]).iter().sum()
+}
+
+/// CPU time (user + system) that a PostgreSQL server has used so far, in milliseconds: the
+/// postmaster's own, its live children's (backends and background processes), and that of the
+/// children that have ended (the postmaster's cutime and cstime). The difference between two
+/// readings is the database's CPU over the interval, whichever backends came and went.
+pub fn postgres_cpu_ms(postmaster: u32) -> f64 {
+    let own: f64 = stat_ms(&postmaster.to_string(), [14, 15, 16, 17])
+        .iter()
+        .sum();
+    let children: f64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let [parent] = stat_ms(&pid.to_string(), [4]);
+            // stat_ms scales by 10; the parent pid field is not a time.
+            (parent / 10.0) as u32 == postmaster
+        })
+        .map(|pid| stat_ms(&pid.to_string(), [14, 15]).iter().sum::<f64>())
+        .sum();
+    own + children
 }
 
 /// Peak resident memory (VmHWM) of process `pid` ("self" for this one), in KiB.

@@ -8,7 +8,8 @@
 #![no_main]
 
 use claimonce::verify::{standard_webhooks, timestamp_v1};
-use claimonce::{Admitted, Applied, Parsed, Problem, Rejection, Transaction};
+use claimonce::pipeline::statement;
+use claimonce::{Admitted, Effect, Parsed, Problem, Rejection};
 use claimonce_fuzz::{RECEIVERS, RESEND_SECRET, STRIPE_SECRET, unix_now};
 use lambda_http::http::Method;
 use lambda_http::{Body, Request};
@@ -28,7 +29,7 @@ fn request(headers: &[(&str, String)], body: &[u8]) -> Request {
 
 fn check<E>(
     admitted: Result<Admitted<E>, Rejection>,
-    apply: impl Fn(&Parsed<E>, &mut Transaction) -> Applied,
+    effect: impl Fn(&Parsed<E>) -> Option<Effect>,
 ) {
     match admitted {
         Err(rejection) => {
@@ -37,10 +38,12 @@ fn check<E>(
         }
         Ok(Admitted { parsed, .. }) => {
             assert!(!parsed.event_id.is_empty() && parsed.event_id.len() <= 255);
-            let mut tx = Transaction::default();
-            match apply(&parsed, &mut tx) {
-                Applied::Processed => assert!(!tx.is_empty()),
-                Applied::Ignored => assert!(tx.is_empty()),
+            // The delivery statement composes for whatever effect the event has, and calls
+            // that effect under the claim.
+            let effect = effect(&parsed);
+            let sql = statement(effect.as_ref());
+            if let Some(effect) = &effect {
+                assert!(sql.contains(&format!("CASE WHEN c.won THEN {}(", effect.function())));
             }
         }
     }
@@ -55,8 +58,8 @@ fuzz_target!(|body: &[u8]| {
         timestamp_v1::sign(STRIPE_SECRET, now, body)
     );
     let stripe = request(&[("stripe-signature", stripe_signature)], body);
-    check(receivers.stripe.admit(&stripe, now), |parsed, tx| {
-        stripe_webhook::apply_event(&parsed.event_id, &parsed.event, tx)
+    check(receivers.stripe.admit(&stripe, now), |parsed| {
+        stripe_webhook::effect(&parsed.event_id, &parsed.event)
     });
 
     let signature = standard_webhooks::sign(RESEND_SECRET, MESSAGE_ID, now, body).expect("secret");
@@ -73,8 +76,8 @@ fuzz_target!(|body: &[u8]| {
         if let Ok(a) = &admitted {
             assert_eq!(a.parsed.event_id, MESSAGE_ID);
         }
-        check(admitted, |parsed, tx| {
-            resend_webhook::apply_event(&parsed.event_id, &parsed.event_type, &parsed.event, tx)
+        check(admitted, |parsed| {
+            resend_webhook::effect(&parsed.event_id, &parsed.event_type, &parsed.event)
         });
     }
     receivers.take_log();

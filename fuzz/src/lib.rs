@@ -51,7 +51,7 @@ impl Receivers {
 
 fn database() -> Database {
     let ms = Duration::from_millis;
-    let timeouts = Timeouts::new(ms(50), ms(100), ms(50), ms(50), ms(50));
+    let timeouts = Timeouts::new(ms(50), ms(100));
     let settings =
         Settings::from_url(UNREACHABLE_DATABASE, None, timeouts).expect("a plain-TCP URL is valid");
     Database::new(settings)

@@ -127,7 +127,7 @@ async fn database() -> Result<(String, Option<Postgres>), String> {
     Ok((server.url("claimonce"), Some(server)))
 }
 
-async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
+async fn connect(url: &str) -> Result<claimonce::db::Connection, String> {
     let timeouts = Timeouts::from_env().map_err(|e| e.to_string())?;
     let root = claimonce::config::optional("PGSSLROOTCERT");
     Settings::from_url(url, root.as_deref().map(std::path::Path::new), timeouts)

@@ -24,6 +24,15 @@ fn binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("pgbouncer"))
 }
 
+/// The installed PgBouncer's (major, minor) version.
+pub fn version() -> Option<(u32, u32)> {
+    let output = Command::new(binary()).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let number = text.lines().next()?.strip_prefix("PgBouncer ")?;
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
 impl PgBouncer {
     /// Starts PgBouncer in `dir`, pooling every database of the server on `upstream_port`
     /// (user `postgres`, trust authentication) in transaction mode.
@@ -31,6 +40,14 @@ impl PgBouncer {
         std::fs::create_dir_all(dir)?;
         let port = free_loopback_port()?;
         let d = dir.to_string_lossy();
+        // RDS Proxy pins a session that prepares a named statement; PgBouncer 1.21 and newer
+        // could instead track them for the client (max_prepared_statements > 0), which would
+        // hide that. Off, as in every version before 1.21, which refuses the setting.
+        let prepared = if version().is_some_and(|v| v >= (1, 21)) {
+            "max_prepared_statements = 0\n"
+        } else {
+            ""
+        };
         std::fs::write(dir.join("userlist.txt"), "\"postgres\" \"\"\n")?;
         std::fs::write(
             dir.join("pgbouncer.ini"),
@@ -48,7 +65,8 @@ impl PgBouncer {
                  default_pool_size = 40\n\
                  server_reset_query =\n\
                  ignore_startup_parameters = extra_float_digits\n\
-                 pidfile = {d}/pgbouncer.pid\n"
+                 pidfile = {d}/pgbouncer.pid\n\
+                 {prepared}"
             ),
         )?;
         hand_to_server_user(dir)?;

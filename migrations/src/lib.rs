@@ -23,6 +23,7 @@ pub const ALL: &[Migration] = &[
     migration!(3, "resend"),
     migration!(4, "roles"),
     migration!(5, "outbox"),
+    migration!(6, "delivery_functions"),
 ];
 
 /// The newest version in [`ALL`]: what a fully migrated database records last.

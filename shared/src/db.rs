@@ -16,61 +16,37 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::auth::{AuthError, IamTokens, fetch_secret};
 use crate::config::{self, ConfigError};
-use crate::pipeline::{self, Applied, Cause, Claim, Finished, Transaction};
+use crate::pipeline::{self, Claim, Effect, Finished};
 
-/// The bounds on database waits. All are well below the function timeout, so a delivery that
-/// cannot finish answers 500 in seconds and the sender's retry heals it.
+/// The client's bounds on database waits. The server's own bounds are not sent on the wire
+/// (a `SET` would pin the session to one server connection behind RDS Proxy): the login role's
+/// `statement_timeout`, set by the migrate function, and each function's `lock_timeout`.
 #[derive(Debug, Clone)]
 pub struct Timeouts {
     /// Establishing a connection (TCP, TLS and authentication together).
     pub connect: Duration,
-    /// The whole transaction of one delivery, measured on our side: it also covers a server or
-    /// network that stops answering, which server-side timeouts cannot.
+    /// The whole of one delivery on our side, its one reconnect and retry included: it also
+    /// covers a server or network that stops answering, which server-side bounds cannot.
     pub delivery: Duration,
-    begin: String,
 }
 
 impl Timeouts {
-    /// Builds the bounds. `statement`, `lock` and `idle_in_transaction` are applied with
-    /// `SET LOCAL` inside each transaction, so no session state is left behind; a zero one is
-    /// left to the login role's default.
-    pub fn new(
-        connect: Duration,
-        delivery: Duration,
-        statement: Duration,
-        lock: Duration,
-        idle_in_transaction: Duration,
-    ) -> Self {
-        // A zero bound is not set here: the login role's default applies (`ALTER ROLE … SET`),
-        // which spares the database one statement per bound on every delivery.
-        let mut begin = String::from("BEGIN");
-        for (name, bound) in [
-            ("statement_timeout", statement),
-            ("lock_timeout", lock),
-            ("idle_in_transaction_session_timeout", idle_in_transaction),
-        ] {
-            if !bound.is_zero() {
-                begin.push_str(&format!("; SET LOCAL {name} = {}", bound.as_millis()));
-            }
-        }
-        Self {
-            connect,
-            delivery,
-            begin,
-        }
+    /// How long a cancel request may take once the delivery's deadline has passed: a new
+    /// connection that carries only the cancel (no authentication), so it is quick when the
+    /// server is reachable at all.
+    pub const CANCEL: Duration = Duration::from_secs(1);
+
+    /// The bounds for connecting and for one whole delivery.
+    pub fn new(connect: Duration, delivery: Duration) -> Self {
+        Self { connect, delivery }
     }
 
-    /// From `DB_CONNECT_TIMEOUT_MS` (3000), `DB_DELIVERY_TIMEOUT_MS` (5000),
-    /// `DB_STATEMENT_TIMEOUT_MS` (3000), `DB_LOCK_TIMEOUT_MS` (2000) and
-    /// `DB_IDLE_IN_TRANSACTION_TIMEOUT_MS` (5000).
+    /// From `DB_CONNECT_TIMEOUT_MS` (3000) and `DB_DELIVERY_TIMEOUT_MS` (5000).
     pub fn from_env() -> Result<Self, ConfigError> {
         let ms = |name, default| config::number(name, default).map(Duration::from_millis);
         let t = Self::new(
             ms("DB_CONNECT_TIMEOUT_MS", 3000)?,
             ms("DB_DELIVERY_TIMEOUT_MS", 5000)?,
-            ms("DB_STATEMENT_TIMEOUT_MS", 3000)?,
-            ms("DB_LOCK_TIMEOUT_MS", 2000)?,
-            ms("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 5000)?,
         );
         if t.connect.is_zero() || t.delivery.is_zero() {
             return Err(ConfigError(
@@ -80,9 +56,13 @@ impl Timeouts {
         Ok(t)
     }
 
-    /// The statement that opens each transaction.
-    pub fn begin_sql(&self) -> &str {
-        &self.begin
+    /// The `BEGIN` of a scheduled job's transaction (the retention sweep, the outbox relay):
+    /// its statements and lock waits are bounded by the delivery timeout on the server too.
+    /// Deliveries send no `SET`; a job runs once a minute on one connection, which may well be
+    /// pinned for that minute without costing the proxy anything.
+    pub fn job_begin(&self) -> String {
+        let ms = self.delivery.as_millis();
+        format!("BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}")
     }
 }
 
@@ -94,6 +74,31 @@ pub struct Settings {
     timeouts: Timeouts,
     /// When set, every new connection authenticates with a fresh IAM token.
     iam: Option<IamTokens>,
+    /// When set, the user and password come from this Secrets Manager secret.
+    secret: Option<Arc<SecretSource>>,
+}
+
+/// A Secrets Manager secret that holds the database credentials: read at cold start, and read
+/// again when the server refuses them (the secret was rotated since).
+struct SecretSource {
+    aws: aws_config::SdkConfig,
+    arn: String,
+    /// The user and password last read.
+    current: std::sync::Mutex<(String, String)>,
+}
+
+impl SecretSource {
+    async fn read(aws: &aws_config::SdkConfig, arn: &str) -> Result<(String, String), AuthError> {
+        let secret = fetch_secret(aws, arn).await?;
+        Ok((secret.username, secret.password))
+    }
+
+    fn current(&self) -> (String, String) {
+        match self.current.lock() {
+            Ok(c) => c.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Settings {
@@ -103,6 +108,7 @@ impl std::fmt::Debug for Settings {
             .field("hosts", &self.config.get_hosts())
             .field("tls", &self.tls.is_some())
             .field("iam", &self.iam.as_ref().map(IamTokens::user))
+            .field("secret", &self.secret.as_ref().map(|s| s.arn.as_str()))
             .field("timeouts", &self.timeouts)
             .finish()
     }
@@ -153,13 +159,10 @@ impl Settings {
             settings.config.user(&user);
             settings.iam = Some(IamTokens::new(credentials, &host, port, &user, &region));
         } else if let Some(arn) = secret_arn {
-            let secret = fetch_secret(&aws, &arn)
+            settings
+                .use_secret(aws, arn)
                 .await
                 .map_err(|e| ConfigError(format!("DB_SECRET_ARN: {e}")))?;
-            settings
-                .config
-                .user(&secret.username)
-                .password(secret.password.as_bytes());
         }
         Ok(settings)
     }
@@ -182,7 +185,56 @@ impl Settings {
             tls: Some(tls_connector(root_cert)?),
             timeouts,
             iam: None,
+            secret: None,
         })
+    }
+
+    /// Verified-TLS settings whose user and password come from the Secrets Manager secret
+    /// `arn` (the standard RDS secret), read now and again when the server refuses them.
+    pub async fn with_secret(
+        host: &str,
+        port: u16,
+        dbname: &str,
+        aws: aws_config::SdkConfig,
+        arn: &str,
+        root_cert: Option<&Path>,
+        timeouts: Timeouts,
+    ) -> Result<Self, ConfigError> {
+        let mut settings = Self::verified(host.to_owned(), port, timeouts, root_cert)?;
+        settings.config.dbname(dbname);
+        settings
+            .use_secret(aws, arn.to_owned())
+            .await
+            .map_err(|e| ConfigError(format!("DB_SECRET_ARN: {e}")))?;
+        Ok(settings)
+    }
+
+    async fn use_secret(
+        &mut self,
+        aws: aws_config::SdkConfig,
+        arn: String,
+    ) -> Result<(), AuthError> {
+        let current = SecretSource::read(&aws, &arn).await?;
+        self.secret = Some(Arc::new(SecretSource {
+            aws,
+            arn,
+            current: std::sync::Mutex::new(current),
+        }));
+        Ok(())
+    }
+
+    /// Reads the credentials secret again, after the server refused the ones read before.
+    /// Returns false when these settings take no secret.
+    async fn reread_secret(&self) -> Result<bool, AuthError> {
+        let Some(source) = &self.secret else {
+            return Ok(false);
+        };
+        let fresh = SecretSource::read(&source.aws, &source.arn).await?;
+        match source.current.lock() {
+            Ok(mut c) => *c = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        Ok(true)
     }
 
     fn host(&self) -> String {
@@ -237,6 +289,7 @@ impl Settings {
             tls,
             timeouts,
             iam: None,
+            secret: None,
         })
     }
 
@@ -249,6 +302,10 @@ impl Settings {
     /// the password (tokens expire after 15 minutes; a connection, once made, outlives it).
     pub async fn connection_config(&self) -> Result<Config, ConnectError> {
         let mut config = self.config.clone();
+        if let Some(secret) = &self.secret {
+            let (user, password) = secret.current();
+            config.user(&user).password(password.as_bytes());
+        }
         if let Some(iam) = &self.iam {
             let token = iam
                 .token(SystemTime::now())
@@ -259,31 +316,100 @@ impl Settings {
         Ok(config)
     }
 
-    /// Opens a connection within the connect timeout and drives it on its own task.
-    pub async fn connect(&self) -> Result<Client, ConnectError> {
+    /// Opens a connection within the connect timeout and drives it on its own task. With a
+    /// Secrets Manager secret, credentials the server refuses make it read the secret again,
+    /// once, and try again (the password was rotated since the secret was read).
+    pub async fn connect(&self) -> Result<Connection, ConnectError> {
+        match self.connect_once().await {
+            Err(e) if e.refused_credentials() => match self.reread_secret().await {
+                Ok(true) => self.connect_once().await,
+                Ok(false) => Err(e),
+                Err(auth) => Err(ConnectError::Credentials(auth)),
+            },
+            other => other,
+        }
+    }
+
+    async fn connect_once(&self) -> Result<Connection, ConnectError> {
         let connecting = async {
             let config = self.connection_config().await?;
-            let client = match &self.tls {
+            let (client, task) = match &self.tls {
                 Some(tls) => {
                     let (client, connection) = config
                         .connect(tls.clone())
                         .await
                         .map_err(ConnectError::Failed)?;
-                    tokio::spawn(connection);
-                    client
+                    (client, tokio::spawn(drive(connection)))
                 }
                 None => {
                     let (client, connection) =
                         config.connect(NoTls).await.map_err(ConnectError::Failed)?;
-                    tokio::spawn(connection);
-                    client
+                    (client, tokio::spawn(drive(connection)))
                 }
             };
-            Ok(client)
+            Ok(Connection::new(client, task))
         };
         tokio::time::timeout(self.timeouts.connect, connecting)
             .await
             .unwrap_or(Err(ConnectError::TimedOut))
+    }
+
+    /// Asks the server to cancel whatever `connection` is running, within [`Timeouts::CANCEL`].
+    /// Returns true when the request was delivered (the server does not say whether a
+    /// statement was running).
+    pub async fn cancel(&self, connection: &Connection) -> bool {
+        let token = connection.client.cancel_token();
+        let sent = async {
+            match &self.tls {
+                Some(tls) => token.cancel_query(tls.clone()).await,
+                None => token.cancel_query(NoTls).await,
+            }
+        };
+        matches!(
+            tokio::time::timeout(Timeouts::CANCEL, sent).await,
+            Ok(Ok(()))
+        )
+    }
+}
+
+/// Drives a connection's socket until it closes. Its outcome is seen by the client's next
+/// request (`Error::is_closed`), so it is not reported here.
+async fn drive<F: std::future::Future>(connection: F) {
+    let _ = connection.await;
+}
+
+/// An open connection: the client, and the task that drives its socket. Dropping it aborts
+/// the task, which closes the socket at once: nothing still queued on the client can reach the
+/// server afterwards.
+#[derive(Debug)]
+pub struct Connection {
+    client: Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Connection {
+    fn new(client: Client, task: tokio::task::JoinHandle<()>) -> Self {
+        Self { client, task }
+    }
+}
+
+impl std::ops::Deref for Connection {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Connection {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -350,10 +476,18 @@ fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, ConfigEr
 pub enum ConnectError {
     /// The server refused, TLS verification failed, or authentication failed.
     Failed(tokio_postgres::Error),
-    /// No credentials to make an IAM token with.
+    /// No credentials: an IAM token could not be made, or the secret could not be read.
     Credentials(AuthError),
     /// Nothing answered within the connect timeout.
     TimedOut,
+}
+
+impl ConnectError {
+    /// True when the server refused the credentials (SQLSTATE class 28).
+    fn refused_credentials(&self) -> bool {
+        matches!(self, ConnectError::Failed(e)
+            if e.as_db_error().is_some_and(|db| db.code().code().starts_with("28")))
+    }
 }
 
 impl std::fmt::Display for ConnectError {
@@ -376,17 +510,27 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
-impl std::error::Error for ConnectError {}
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Failed(e) => Some(e),
+            ConnectError::Credentials(e) => Some(e),
+            ConnectError::TimedOut => None,
+        }
+    }
+}
 
-/// Why a delivery's transaction did not complete.
+/// Why a delivery's statement did not complete.
 #[derive(Debug)]
 pub enum DeliveryError {
     /// No connection could be made.
     Connect(ConnectError),
-    /// The transaction failed; it was rolled back (or its connection discarded).
-    Failed(Cause),
-    /// The transaction did not finish within the delivery timeout; the connection was dropped,
-    /// which makes the server roll it back.
+    /// The statement failed: the server rolled it back, or the connection was lost after it
+    /// was sent and a retry was not possible.
+    Failed(tokio_postgres::Error),
+    /// The delivery did not finish before its deadline. The statement, if it was sent, was
+    /// cancelled on the server and the connection closed; whether it had committed first is
+    /// not known here (a retry answers duplicate if it had).
     TimedOut,
 }
 
@@ -397,25 +541,42 @@ impl DeliveryError {
         match self {
             DeliveryError::Connect(e) => e.to_string(),
             DeliveryError::TimedOut => "delivery timed out".into(),
-            DeliveryError::Failed(Cause::Encode) => "parameter could not be encoded".into(),
-            DeliveryError::Failed(Cause::Postgres(e)) => match e.as_db_error() {
+            DeliveryError::Failed(e) => match e.as_db_error() {
                 Some(db) => match db.constraint() {
                     Some(c) => format!("sqlstate {} (constraint {c})", db.code().code()),
                     None => format!("sqlstate {}", db.code().code()),
                 },
                 None if e.is_closed() => "connection closed".into(),
-                None => "connection error".into(),
+                None if io_error(e) => "connection error".into(),
+                None => "a parameter could not be encoded".into(),
             },
         }
     }
 }
 
+impl std::fmt::Display for DeliveryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+impl std::error::Error for DeliveryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DeliveryError::Connect(e) => Some(e),
+            DeliveryError::Failed(e) => Some(e),
+            DeliveryError::TimedOut => None,
+        }
+    }
+}
+
+fn io_error(e: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
 /// True when the error says the connection is gone (closed, killed by an administrator or a
 /// proxy, or the server restarting), as opposed to the statement failing.
-fn connection_lost(cause: &Cause) -> bool {
-    let Cause::Postgres(e) = cause else {
-        return false;
-    };
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }
@@ -424,8 +585,7 @@ fn connection_lost(cause: &Cause) -> bool {
             let code = db.code().code();
             code.starts_with("08") || code.starts_with("57P")
         }
-        // An I/O error with no server answer.
-        None => true,
+        None => io_error(e),
     }
 }
 
@@ -434,7 +594,7 @@ fn connection_lost(cause: &Cause) -> bool {
 #[derive(Debug)]
 pub struct Database {
     settings: Settings,
-    client: Mutex<Option<Client>>,
+    connection: Mutex<Option<Connection>>,
 }
 
 impl Database {
@@ -442,65 +602,81 @@ impl Database {
     pub fn new(settings: Settings) -> Self {
         Self {
             settings,
-            client: Mutex::new(None),
+            connection: Mutex::new(None),
         }
     }
 
     /// Connects now (at cold start), so the first delivery does not pay for it. A failure is
     /// returned for logging; the next delivery tries again.
     pub async fn warm_up(&self) -> Result<(), ConnectError> {
-        let mut slot = self.client.lock().await;
-        if slot.as_ref().is_none_or(Client::is_closed) {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_none_or(|c| c.is_closed()) {
             *slot = Some(self.settings.connect().await?);
         }
         Ok(())
     }
 
-    /// Runs the claim transaction for one delivery.
+    /// Runs one delivery's statement: the claim, and `effect` if the claim is won.
     ///
-    /// If the connection turns out to be closed (a proxy idle timeout, a failover, an
-    /// administrator), it reconnects once and runs the delivery again. That is safe because
-    /// the claim is idempotent: if the first attempt did commit, the second finds the claim
-    /// taken and answers duplicate.
+    /// One deadline (`DB_DELIVERY_TIMEOUT_MS`) covers the whole delivery. If the connection
+    /// turns out to be lost (a proxy idle timeout, a failover, an administrator), it reconnects
+    /// once and sends the statement again. That is safe because the claim is idempotent: if the
+    /// first attempt did commit, the second finds the claim taken and answers duplicate. When
+    /// the deadline passes with the statement sent, the statement is cancelled on the server
+    /// and the connection closed.
     pub async fn deliver(
         &self,
         claim: &Claim<'_>,
-        effect: impl Fn(&mut Transaction) -> Applied,
+        effect: Option<&Effect>,
     ) -> Result<Finished, DeliveryError> {
-        let mut slot = self.client.lock().await;
+        let mut slot = self.connection.lock().await;
+        let mut in_flight = false;
+        let attempts = self.attempts(&mut slot, claim, effect, &mut in_flight);
+        match tokio::time::timeout(self.settings.timeouts.delivery, attempts).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                if let Some(connection) = slot.take() {
+                    if in_flight {
+                        self.settings.cancel(&connection).await;
+                    }
+                    drop(connection);
+                }
+                Err(DeliveryError::TimedOut)
+            }
+        }
+    }
+
+    async fn attempts(
+        &self,
+        slot: &mut Option<Connection>,
+        claim: &Claim<'_>,
+        effect: Option<&Effect>,
+        in_flight: &mut bool,
+    ) -> Result<Finished, DeliveryError> {
         let mut retried = false;
         loop {
-            let client = match slot.take().filter(|c| !c.is_closed()) {
-                Some(client) => client,
+            let connection = match slot.take().filter(|c| !c.is_closed()) {
+                Some(connection) => connection,
                 None => self
                     .settings
                     .connect()
                     .await
                     .map_err(DeliveryError::Connect)?,
             };
-            let timeouts = &self.settings.timeouts;
-            let outcome = tokio::time::timeout(
-                timeouts.delivery,
-                pipeline::run(&client, timeouts, claim, &effect),
-            )
-            .await;
+            let connection = slot.insert(connection);
+            *in_flight = true;
+            let outcome = pipeline::run(connection, claim, effect).await;
+            *in_flight = false;
             match outcome {
-                // Dropping the client closes the connection; the server rolls back.
-                Err(_) => return Err(DeliveryError::TimedOut),
-                Ok(Ok(finished)) => {
-                    *slot = Some(client);
-                    return Ok(finished);
-                }
-                Ok(Err(failed)) => {
-                    if failed.connection_reusable {
-                        *slot = Some(client);
+                Ok(finished) => return Ok(finished),
+                Err(error) if connection_lost(&error) => {
+                    *slot = None;
+                    if retried {
+                        return Err(DeliveryError::Failed(error));
                     }
-                    if !retried && connection_lost(&failed.cause) {
-                        retried = true;
-                        continue;
-                    }
-                    return Err(DeliveryError::Failed(failed.cause));
+                    retried = true;
                 }
+                Err(error) => return Err(DeliveryError::Failed(error)),
             }
         }
     }
@@ -535,13 +711,7 @@ mod tests {
 
     #[test]
     fn settings_errors_never_echo_the_url() {
-        let t = Timeouts::new(
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        );
+        let t = Timeouts::new(Duration::from_secs(1), Duration::from_secs(1));
         let err = Settings::from_url("postgres://u:hunter2@h:notaport/db", None, t)
             .expect_err("invalid port");
         assert!(!err.to_string().contains("hunter2"));

@@ -18,7 +18,7 @@ pub mod scheduled;
 pub mod verify;
 
 pub use lambda::serve;
-pub use pipeline::{Applied, Param, Transaction};
+pub use pipeline::{Effect, Param};
 pub use receiver::{Admitted, Limits, Parsed, Provider, Receiver, run_from_env};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].

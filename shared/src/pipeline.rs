@@ -1,33 +1,36 @@
-//! The claim-then-mutate transaction, in two round trips.
+//! The delivery statement: the claim and the effect as one SQL statement, one round trip.
 //!
-//! Flight 1 sends `BEGIN` with the transaction's timeouts and the claim
-//! (`INSERT … ON CONFLICT DO NOTHING RETURNING id`) together. A won claim hands a
-//! [`Transaction`] to the provider's effect, which queues its statements on it; flight 2 sends
-//! those statements and `COMMIT` together and checks every result, because a `COMMIT` that
-//! follows a failed statement answers `ROLLBACK` without an error. A lost claim sends a lookup
-//! of the stored payload hash with its `COMMIT` instead.
+//! ```sql
+//! SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN <effect>($5, ...) END
+//! FROM claimonce_claim_v1($1, $2, $3, $4) AS c
+//! ```
 //!
-//! Every statement is unnamed (`execute_typed`/`query_typed`): no prepared statement outlives
-//! the transaction, so a transaction-pooling proxy never has to pin the session.
+//! The claim (`claimonce_claim_v1`, a PL/pgSQL function of the shared schema) is the row
+//! source, so it runs first; the provider's effect (a PL/pgSQL function its migration added)
+//! runs only for a row whose claim was won. Sent alone, the statement runs in one implicit
+//! transaction: the claim and the effect commit together, or an error rolls both back. This
+//! module composes the statement, so a provider has no way to run an effect without winning
+//! the claim, nor to write anything outside the statement: an [`Effect`] is data, a function
+//! name and its arguments, and the provider never sees the connection.
+//!
+//! The statement is unnamed (`query_typed`) and carries no `SET`: nothing stays on the
+//! session for a transaction-pooling proxy to pin it to one server connection.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
+use std::fmt::Write as _;
 
-use bytes::BytesMut;
 use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::db::Timeouts;
-
-/// One statement parameter with its PostgreSQL type, owned so it can wait for flight 2.
+/// One argument of an effect, with its PostgreSQL type.
 pub struct Param {
     value: Box<dyn ToSql + Send + Sync>,
     ty: Type,
 }
 
 impl Param {
-    /// A parameter of the given type (`Type::TEXT`, `Type::INT8`, `Type::TIMESTAMPTZ`, ...).
+    /// An argument of the given type (`Type::TEXT`, `Type::INT8`, `Type::TEXT_ARRAY`, ...). The
+    /// effect function's parameter must have exactly this type: PostgreSQL picks the function
+    /// by its argument types.
     pub fn new<T: ToSql + Send + Sync + 'static>(value: T, ty: Type) -> Self {
         Self {
             value: Box::new(value),
@@ -43,48 +46,24 @@ impl std::fmt::Debug for Param {
     }
 }
 
+/// What a won claim does to the database: one call of an effect function, a PL/pgSQL
+/// function that a migration added (see the README's "Adding a provider").
 #[derive(Debug)]
-struct Statement {
-    sql: &'static str,
+pub struct Effect {
+    function: &'static str,
     params: Vec<Param>,
 }
 
-/// The open claim transaction, as an effect sees it.
-///
-/// It exists only after this delivery won its claim, and it is the only way an effect can
-/// write: statements queued here are sent with the `COMMIT`, so they commit together with
-/// the claim or not at all. Effects cannot read mid-transaction; an effect that needs a value
-/// computes it in SQL (`ON CONFLICT … DO UPDATE … WHERE`, a CTE), which also keeps the
-/// delivery at two round trips.
-#[derive(Debug, Default)]
-pub struct Transaction {
-    statements: Vec<Statement>,
-}
-
-impl Transaction {
-    /// Queues a statement; it runs, in order, in the claim's transaction.
-    pub fn execute(&mut self, sql: &'static str, params: Vec<Param>) {
-        self.statements.push(Statement { sql, params });
+impl Effect {
+    /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
+    pub fn call(function: &'static str, params: Vec<Param>) -> Self {
+        Self { function, params }
     }
 
-    /// Number of statements queued so far.
-    pub fn len(&self) -> usize {
-        self.statements.len()
+    /// The function's name.
+    pub fn function(&self) -> &'static str {
+        self.function
     }
-
-    /// True when the effect queued nothing.
-    pub fn is_empty(&self) -> bool {
-        self.statements.is_empty()
-    }
-}
-
-/// What the effect did with a won claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    /// The event type has an effect, and it was queued.
-    Processed,
-    /// The event type has no effect; only the claim is committed.
-    Ignored,
 }
 
 /// The ledger row this delivery tries to insert.
@@ -100,173 +79,100 @@ pub struct Claim<'a> {
     pub payload_sha256: [u8; 32],
 }
 
-/// How the transaction ended.
+/// How the delivery statement ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Finished {
-    /// Won and committed with the effect.
-    Won(Applied),
-    /// Claimed earlier. Carries the stored payload hash when one is recorded.
-    Lost {
-        /// The hash stored with the first delivery.
+    /// Won the claim and committed it with the effect.
+    Processed,
+    /// Won the claim; the event has no effect, so only the claim was committed.
+    Ignored,
+    /// Claimed earlier. Carries the payload hash stored with the first delivery.
+    Duplicate {
+        /// The hash stored with the first delivery, when one is recorded.
         stored_sha256: Option<Vec<u8>>,
     },
 }
 
-/// Why a transaction failed.
-#[derive(Debug)]
-pub enum Cause {
-    /// The database or the connection reported an error.
-    Postgres(tokio_postgres::Error),
-    /// An effect queued a parameter that cannot be encoded as its declared type.
-    Encode,
+/// The claim's four parameters come first; an effect's arguments follow from `$5`.
+const CLAIM_PARAMS: usize = 4;
+
+/// The one statement of a delivery with `effect` (or of an event without one).
+pub fn statement(effect: Option<&Effect>) -> String {
+    let mut sql = String::from("SELECT c.won, c.stored_sha256");
+    if let Some(effect) = effect {
+        // Writing into a String cannot fail.
+        let _ = write!(sql, ", CASE WHEN c.won THEN {}(", effect.function);
+        for i in 0..effect.params.len() {
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(sql, "{sep}${}", CLAIM_PARAMS + 1 + i);
+        }
+        sql.push_str(") END");
+    }
+    sql.push_str(" FROM claimonce_claim_v1($1, $2, $3, $4) AS c");
+    sql
 }
 
-/// A failed transaction: the cause, and whether the connection is still in a known state
-/// (the server answered and the transaction is over) so it can be reused.
-#[derive(Debug)]
-pub struct Failed {
-    /// What went wrong.
-    pub cause: Cause,
-    /// True when the transaction is known to be closed on this connection.
-    pub connection_reusable: bool,
-}
-
-const CLAIM: &str = "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
-     VALUES ($1, $2, $3, $4) ON CONFLICT (provider, event_id) DO NOTHING RETURNING id";
-const STORED_HASH: &str =
-    "SELECT payload_sha256 FROM processed_events WHERE provider = $1 AND event_id = $2";
-
-type Pending<'a> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a>>;
-
-/// Runs one delivery's transaction on `client`. `effect` is called only when the claim is
-/// won, and only its queued statements are written.
+/// Sends the delivery statement on `client` and reads its one row. An error means the
+/// statement's implicit transaction did not commit (or, if the connection was lost after
+/// sending, that whether it committed is unknown).
 pub async fn run(
     client: &Client,
-    timeouts: &Timeouts,
     claim: &Claim<'_>,
-    effect: impl FnOnce(&mut Transaction) -> Applied,
-) -> Result<Finished, Failed> {
+    effect: Option<&Effect>,
+) -> Result<Finished, tokio_postgres::Error> {
     let hash: &[u8] = &claim.payload_sha256;
-    let claim_params: [(&(dyn ToSql + Sync), Type); 4] = [
-        (&claim.provider, Type::TEXT),
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+        Vec::with_capacity(CLAIM_PARAMS + effect.map_or(0, |e| e.params.len()));
+    params.extend([
+        (&claim.provider as &(dyn ToSql + Sync), Type::TEXT),
         (&claim.event_id, Type::TEXT),
         (&claim.event_type, Type::TEXT),
         (&hash, Type::BYTEA),
-    ];
-    // Flight 1: BEGIN (with SET LOCAL timeouts) and the claim, sent in this order without
-    // waiting for BEGIN's answer.
-    let (begun, claimed) = futures_util::future::join(
-        client.batch_execute(timeouts.begin_sql()),
-        client.query_typed(CLAIM, &claim_params),
-    )
-    .await;
-    let won = match begun.and(claimed) {
-        Ok(rows) => !rows.is_empty(),
-        Err(error) => return Err(rollback(client, Cause::Postgres(error)).await),
-    };
-
-    if !won {
-        // Flight 2 for a duplicate: read the first delivery's hash, and COMMIT.
-        let key: [(&(dyn ToSql + Sync), Type); 2] =
-            [(&claim.provider, Type::TEXT), (&claim.event_id, Type::TEXT)];
-        let (stored, committed) = futures_util::future::join(
-            client.query_typed(STORED_HASH, &key),
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        let stored_sha256 = stored
-            .as_ref()
-            .ok()
-            .and_then(|rows| rows.first())
-            .and_then(|row| row.try_get::<_, Option<Vec<u8>>>(0).ok().flatten());
-        return finish(vec![stored.map(drop), committed])
-            .map(|()| Finished::Lost { stored_sha256 });
-    }
-
-    let mut tx = Transaction::default();
-    let applied = effect(&mut tx);
-    // A parameter that cannot be encoded would fail on the client before it is sent, while
-    // the statements after it (and the COMMIT) would still go out. Encoding everything first
-    // rules that out: either all of flight 2 is sent, or none of it is.
-    if !encodable(&tx) {
-        return Err(rollback(client, Cause::Encode).await);
-    }
-    let params: Vec<Vec<(&(dyn ToSql + Sync), Type)>> = tx
-        .statements
-        .iter()
-        .map(|s| {
-            s.params
+    ]);
+    if let Some(effect) = effect {
+        params.extend(
+            effect
+                .params
                 .iter()
-                .map(|p| (&*p.value as &(dyn ToSql + Sync), p.ty.clone()))
-                .collect()
-        })
-        .collect();
-    let mut flight: Vec<Pending<'_>> = Vec::with_capacity(tx.statements.len() + 1);
-    for (statement, params) in tx.statements.iter().zip(&params) {
-        flight.push(Box::pin(async move {
-            client.execute_typed(statement.sql, params).await.map(drop)
-        }));
+                .map(|p| (&*p.value as &(dyn ToSql + Sync), p.ty.clone())),
+        );
     }
-    flight.push(Box::pin(client.batch_execute("COMMIT")));
-    finish(join_in_order(flight).await).map(|()| Finished::Won(applied))
-}
-
-/// Checks a flight whose last statement is COMMIT: any error fails the delivery. A server
-/// answer to the COMMIT (success, or a database error) means the transaction is over on this
-/// connection either way, so it can be reused.
-fn finish(results: Vec<Result<(), tokio_postgres::Error>>) -> Result<(), Failed> {
-    let reusable = results.last().is_some_and(|r| {
-        r.as_ref()
-            .map_or_else(|e| e.as_db_error().is_some(), |()| true)
-    });
-    match results.into_iter().find_map(Result::err) {
-        None => Ok(()),
-        Some(error) => Err(Failed {
-            cause: Cause::Postgres(error),
-            connection_reusable: reusable,
-        }),
-    }
-}
-
-async fn rollback(client: &Client, cause: Cause) -> Failed {
-    let connection_reusable = client.batch_execute("ROLLBACK").await.is_ok();
-    Failed {
-        cause,
-        connection_reusable,
-    }
-}
-
-fn encodable(tx: &Transaction) -> bool {
-    let mut buf = BytesMut::new();
-    tx.statements.iter().flat_map(|s| &s.params).all(|p| {
-        buf.clear();
-        p.value.to_sql_checked(&p.ty, &mut buf).is_ok()
+    // tokio-postgres encodes every parameter before it sends anything, so a value that cannot
+    // be encoded fails here with nothing on the wire.
+    let rows = client.query_typed(&statement(effect), &params).await?;
+    let row = rows.first();
+    let won = row.and_then(|r| r.try_get::<_, bool>(0).ok());
+    Ok(match (won, effect) {
+        (Some(true), Some(_)) => Finished::Processed,
+        (Some(true), None) => Finished::Ignored,
+        _ => Finished::Duplicate {
+            stored_sha256: row.and_then(|r| r.try_get::<_, Option<Vec<u8>>>(1).ok().flatten()),
+        },
     })
 }
 
-/// Awaits every future, polling them in index order. tokio-postgres sends a request during
-/// its future's first poll, so this order is the order on the wire; a combinator that polls
-/// in another order could put COMMIT ahead of the effect.
-async fn join_in_order<T>(
-    mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_>>>,
-) -> Vec<T> {
-    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *slot = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    done.into_iter().flatten().collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effect_is_called_only_under_the_won_claim() {
+        assert_eq!(
+            statement(None),
+            "SELECT c.won, c.stored_sha256 FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+        );
+        let effect = Effect::call(
+            "stripe_credit_v1",
+            vec![
+                Param::new("cus_1".to_owned(), Type::TEXT),
+                Param::new(None::<String>, Type::TEXT),
+                Param::new(1_i64, Type::INT8),
+            ],
+        );
+        assert_eq!(
+            statement(Some(&effect)),
+            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN stripe_credit_v1($5, $6, $7) END \
+             FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use crate::config::{self, ConfigError};
 use crate::db::Database;
 use crate::log::Log;
 use crate::metrics;
-use crate::pipeline::{Applied, Claim, Finished, Transaction};
+use crate::pipeline::{Claim, Effect, Finished};
 use crate::response::{Disposition, Problem, Rejection};
 use crate::verify::{Verified, Verify};
 
@@ -45,8 +45,10 @@ pub trait Provider: Send + Sync + 'static {
     /// Reads a verified body. `verified` carries what the signed headers said.
     fn parse(&self, verified: &Verified, body: &[u8]) -> Result<Parsed<Self::Event>, Rejection>;
 
-    /// Queues the event's effect on the claim transaction.
-    fn apply(&self, event: &Parsed<Self::Event>, tx: &mut Transaction) -> Applied;
+    /// The event's effect: a call of one of the provider's effect functions, which runs only if
+    /// this delivery wins the claim, in the claim's transaction. `None` for an event that has
+    /// no effect (claimed and answered "ignored").
+    fn effect(&self, event: &Parsed<Self::Event>) -> Option<Effect>;
 }
 
 /// Limits on what is accepted before any work is done.
@@ -229,14 +231,12 @@ impl<P: Provider> Receiver<P> {
             event_type: &parsed.event_type,
             payload_sha256,
         };
-        let outcome = self
-            .database
-            .deliver(&claim, |tx| self.provider.apply(&parsed, tx))
-            .await;
+        let effect = self.provider.effect(&parsed);
+        let outcome = self.database.deliver(&claim, effect.as_ref()).await;
         let (disposition, error) = match outcome {
-            Ok(Finished::Won(Applied::Processed)) => (Disposition::Processed, None),
-            Ok(Finished::Won(Applied::Ignored)) => (Disposition::Ignored, None),
-            Ok(Finished::Lost { stored_sha256 }) => {
+            Ok(Finished::Processed) => (Disposition::Processed, None),
+            Ok(Finished::Ignored) => (Disposition::Ignored, None),
+            Ok(Finished::Duplicate { stored_sha256 }) => {
                 if stored_sha256.is_some_and(|h| h.as_slice() != claim.payload_sha256.as_slice()) {
                     let mut fields = Map::new();
                     fields.insert("provider".into(), claim.provider.into());

@@ -145,7 +145,8 @@ impl Disposition {
                     "about:blank",
                     "Internal Server Error",
                     status,
-                    "The event was not applied; the delivery can be retried.",
+                    "The delivery could not be completed. Retrying it is safe: an event that was \
+                     already applied is answered as a duplicate.",
                 ),
             ),
         };

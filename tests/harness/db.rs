@@ -144,13 +144,7 @@ pub struct TestDb {
 
 /// Short bounds, so that tests of failures finish quickly.
 pub fn test_timeouts() -> Timeouts {
-    Timeouts::new(
-        Duration::from_secs(2),
-        Duration::from_secs(5),
-        Duration::from_secs(4),
-        Duration::from_secs(3),
-        Duration::from_secs(5),
-    )
+    Timeouts::new(Duration::from_secs(2), Duration::from_secs(5))
 }
 
 impl TestDb {

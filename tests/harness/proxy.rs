@@ -1,41 +1,215 @@
-//! A loopback TCP proxy that counts round trips: every time the client starts sending after
-//! the server has spoken (or first), that is one more flight, i.e. one more wait for the
-//! server. Pipelined requests sent before any answer count as one flight.
+//! A loopback TCP proxy in front of PostgreSQL (or PgBouncer) that sees what a pooler sees.
+//!
+//! - It counts round trips: every time the client starts sending after the server has spoken
+//!   (or first), that is one more flight, i.e. one more wait for the server. Pipelined
+//!   requests sent before any answer count as one flight.
+//! - It reads the client's protocol messages and records what would pin a session behind a
+//!   transaction pooler: a named prepared statement (`Parse` or `Bind` naming one, or a named
+//!   portal) and any `SET`/`RESET`.
+//! - It drops a connection at a pinned point, once, when told to: before the next flight
+//!   reaches the server, or after the server has answered it completely (committed) but
+//!   before the answer reaches the client.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 const NONE: u8 = 0;
 const CLIENT: u8 = 1;
 const SERVER: u8 = 2;
 
-/// The running proxy.
-#[derive(Debug)]
-pub struct FlightCounter {
-    /// The port to connect to instead of the server's.
-    pub port: u16,
-    flights: Arc<AtomicU64>,
+/// A fault to inject once, on the next flight of any connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Close the connection instead of forwarding the next flight: the statement never
+    /// reaches the server.
+    DropRequest,
+    /// Forward the next flight, let the server answer it to the end (`ReadyForQuery`, so the
+    /// implicit transaction has committed), and close the connection instead of forwarding
+    /// the answer.
+    DropAnswer,
 }
 
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    side: u8,
+const NO_FAULT: u8 = 0;
+const DROP_REQUEST: u8 = 1;
+const DROP_ANSWER: u8 = 2;
+/// `DropAnswer` taken by a flight: the server's answer to it is being withheld.
+const ANSWER_HELD: u8 = 3;
+
+#[derive(Debug, Default)]
+struct Shared {
+    flights: AtomicU64,
+    fault: AtomicU8,
+    /// What a pooler would have to pin a session for, as readable notes.
+    pinning: Mutex<Vec<String>>,
+    /// Every statement text the clients sent (simple and extended protocol).
+    statements: Mutex<Vec<String>>,
+    /// Faults that fired.
+    fired: AtomicU64,
+}
+
+/// The running proxy.
+#[derive(Debug)]
+pub struct WireProxy {
+    /// The port to connect to instead of the server's.
+    pub port: u16,
+    shared: Arc<Shared>,
+}
+
+fn cstring(bytes: &[u8]) -> (String, &[u8]) {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    (text, bytes.get(end + 1..).unwrap_or(&[]))
+}
+
+/// True when `sql` holds a `SET` or `RESET` statement (of any kind: session, LOCAL, ROLE).
+fn sets_something(sql: &str) -> bool {
+    sql.split(';').any(|statement| {
+        let words: Vec<String> = statement
+            .split_whitespace()
+            .take(1)
+            .map(str::to_ascii_uppercase)
+            .collect();
+        matches!(words.first().map(String::as_str), Some("SET" | "RESET"))
+    })
+}
+
+impl Shared {
+    /// Reads one complete frontend message.
+    fn frontend_message(&self, tag: u8, body: &[u8]) {
+        match tag {
+            b'Q' => {
+                let (sql, _) = cstring(body);
+                if sets_something(&sql) {
+                    self.pin(format!("SET on the wire: {sql}"));
+                }
+                self.record(sql);
+            }
+            b'P' => {
+                let (name, rest) = cstring(body);
+                let (sql, _) = cstring(rest);
+                if !name.is_empty() {
+                    self.pin(format!("named Parse {name:?}: {sql}"));
+                }
+                if sets_something(&sql) {
+                    self.pin(format!("SET on the wire: {sql}"));
+                }
+                self.record(sql);
+            }
+            b'B' => {
+                let (portal, rest) = cstring(body);
+                let (statement, _) = cstring(rest);
+                if !portal.is_empty() || !statement.is_empty() {
+                    self.pin(format!(
+                        "Bind of portal {portal:?} to statement {statement:?}"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn pin(&self, note: String) {
+        if let Ok(mut p) = self.pinning.lock() {
+            p.push(note);
+        }
+    }
+
+    fn record(&self, sql: String) {
+        if let Ok(mut s) = self.statements.lock() {
+            s.push(sql);
+        }
+    }
+}
+
+/// Splits a stream into protocol messages. `startup` is true for the client's side, whose
+/// first packets (SSLRequest, StartupMessage, CancelRequest) carry no type byte.
+struct Framer {
+    buf: Vec<u8>,
+    startup: bool,
+}
+
+impl Framer {
+    /// Feeds bytes; returns the complete messages as (tag, body), tag 0 for a startup packet.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        loop {
+            let (header, tag) = if self.startup { (0, 0) } else { (1, 0) };
+            if self.buf.len() < header + 4 {
+                break;
+            }
+            let tag = if self.startup { tag } else { self.buf[0] };
+            let len = u32::from_be_bytes([
+                self.buf[header],
+                self.buf[header + 1],
+                self.buf[header + 2],
+                self.buf[header + 3],
+            ]) as usize;
+            let total = header + len;
+            if len < 4 || self.buf.len() < total {
+                break;
+            }
+            let body = self.buf[header + 4..total].to_vec();
+            if self.startup {
+                // SSLRequest and GSSENCRequest are followed by another untyped packet;
+                // a StartupMessage is the last one.
+                let code = body
+                    .get(..4)
+                    .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                if !matches!(code, Some(80_877_103 | 80_877_104)) {
+                    self.startup = false;
+                }
+            }
+            out.push((tag, body));
+            self.buf.drain(..total);
+        }
+        out
+    }
+}
+
+async fn client_to_server(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
     last: Arc<AtomicU8>,
-    flights: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+    close: Arc<tokio::sync::Notify>,
 ) {
+    let mut framer = Framer {
+        buf: Vec::new(),
+        startup: true,
+    };
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            read = from.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            () = close.notified() => break,
         };
-        let before = last.swap(side, Ordering::SeqCst);
-        if side == CLIENT && before != CLIENT {
-            flights.fetch_add(1, Ordering::SeqCst);
+        let before = last.swap(CLIENT, Ordering::SeqCst);
+        if before != CLIENT {
+            shared.flights.fetch_add(1, Ordering::SeqCst);
+            // A fault applies to a flight of an established session, never to the startup.
+            if !framer.startup {
+                match shared.fault.load(Ordering::SeqCst) {
+                    DROP_REQUEST => {
+                        shared.fault.store(NO_FAULT, Ordering::SeqCst);
+                        shared.fired.fetch_add(1, Ordering::SeqCst);
+                        close.notify_waiters();
+                        break;
+                    }
+                    DROP_ANSWER => shared.fault.store(ANSWER_HELD, Ordering::SeqCst),
+                    _ => {}
+                }
+            }
+        }
+        for (tag, body) in framer.feed(&buf[..n]) {
+            shared.frontend_message(tag, &body);
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
@@ -44,13 +218,51 @@ async fn pump(
     let _ = to.shutdown().await;
 }
 
-impl FlightCounter {
+async fn server_to_client(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    last: Arc<AtomicU8>,
+    shared: Arc<Shared>,
+    close: Arc<tokio::sync::Notify>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut held = Framer {
+        buf: Vec::new(),
+        startup: false,
+    };
+    loop {
+        let n = tokio::select! {
+            read = from.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            () = close.notified() => break,
+        };
+        last.store(SERVER, Ordering::SeqCst);
+        if shared.fault.load(Ordering::SeqCst) == ANSWER_HELD {
+            // Withhold the answer until it is complete, then close without forwarding it.
+            if held.feed(&buf[..n]).iter().any(|(tag, _)| *tag == b'Z') {
+                shared.fault.store(NO_FAULT, Ordering::SeqCst);
+                shared.fired.fetch_add(1, Ordering::SeqCst);
+                close.notify_waiters();
+                break;
+            }
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+impl WireProxy {
     /// Starts a proxy to `127.0.0.1:upstream`.
     pub async fn start(upstream: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let flights = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&flights);
+        let shared = Arc::new(Shared::default());
+        let accepted = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
@@ -59,28 +271,82 @@ impl FlightCounter {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
                 let last = Arc::new(AtomicU8::new(NONE));
+                let close = Arc::new(tokio::sync::Notify::new());
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                tokio::spawn(pump(
+                tokio::spawn(client_to_server(
                     cr,
                     sw,
-                    CLIENT,
                     Arc::clone(&last),
-                    Arc::clone(&counted),
+                    Arc::clone(&accepted),
+                    Arc::clone(&close),
                 ));
-                tokio::spawn(pump(sr, cw, SERVER, last, Arc::clone(&counted)));
+                tokio::spawn(server_to_client(sr, cw, last, Arc::clone(&accepted), close));
             }
         });
-        Self { port, flights }
+        Self { port, shared }
     }
 
     /// Flights counted since the last reset.
     pub fn flights(&self) -> u64 {
-        self.flights.load(Ordering::SeqCst)
+        self.shared.flights.load(Ordering::SeqCst)
     }
 
-    /// Starts counting from zero.
+    /// Starts counting from zero, and forgets the statements seen.
     pub fn reset(&self) {
-        self.flights.store(0, Ordering::SeqCst);
+        self.shared.flights.store(0, Ordering::SeqCst);
+        if let Ok(mut s) = self.shared.statements.lock() {
+            s.clear();
+        }
+    }
+
+    /// Everything seen so far that would pin a session behind a transaction pooler.
+    pub fn pinning(&self) -> Vec<String> {
+        self.shared
+            .pinning
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    /// The statement texts sent since the last reset.
+    pub fn statements(&self) -> Vec<String> {
+        self.shared
+            .statements
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Arms `fault` for the next flight of an established connection.
+    pub fn inject(&self, fault: Fault) {
+        let code = match fault {
+            Fault::DropRequest => DROP_REQUEST,
+            Fault::DropAnswer => DROP_ANSWER,
+        };
+        self.shared.fault.store(code, Ordering::SeqCst);
+    }
+
+    /// How many injected faults have fired.
+    pub fn fired(&self) -> u64 {
+        self.shared.fired.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_statements_are_recognised_wherever_they_stand() {
+        assert!(sets_something("SET statement_timeout = 1"));
+        assert!(sets_something("BEGIN; set local lock_timeout = 5"));
+        assert!(sets_something("  RESET ALL"));
+        assert!(!sets_something(
+            "INSERT INTO t VALUES (1) ON CONFLICT (k) DO UPDATE SET v = 2"
+        ));
+        assert!(!sets_something(
+            "SELECT c.won FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+        ));
     }
 }

@@ -138,8 +138,15 @@ impl Recorder {
     /// `ResourceNotFoundException`. The real SDK call (signing, protocol, parsing) runs
     /// against it.
     pub async fn secrets_manager(arn: &str, secret_string: &str) -> Self {
-        let (arn, secret) = (arn.to_owned(), secret_string.to_owned());
+        Self::rotating_secret(arn, Arc::new(Mutex::new(secret_string.to_owned()))).await
+    }
+
+    /// A Secrets Manager stand-in whose secret is whatever `current` holds when asked: a test
+    /// rotates it by replacing the string.
+    pub async fn rotating_secret(arn: &str, current: Arc<Mutex<String>>) -> Self {
+        let arn = arn.to_owned();
         Self::start(move |request| {
+            let secret = current.lock().expect("secret").clone();
             let known = request.header("x-amz-target") == Some("secretsmanager.GetSecretValue")
                 && request.header("authorization").is_some()
                 && request.json()["SecretId"] == Value::String(arn.clone());

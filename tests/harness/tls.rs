@@ -152,9 +152,25 @@ impl TlsServer {
         )
     }
 
+    /// From now on, `user` must authenticate with its password (SCRAM) over TLS; every other
+    /// login keeps the test server's trust. The rule goes first, so it wins.
+    pub async fn require_password(&self, admin: &tokio_postgres::Client, user: &str) {
+        let hba = self.server.dir.join("data").join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+        std::fs::write(
+            &hba,
+            format!("hostssl all {user} all scram-sha-256\nhost all {user} all reject\n{rules}"),
+        )
+        .expect("pg_hba.conf");
+        admin
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .expect("reload");
+    }
+
     /// Starts the server and applies the project's migrations; returns it with a plain
     /// superuser connection for set-up and assertions.
-    pub async fn migrated() -> (Self, tokio_postgres::Client) {
+    pub async fn migrated() -> (Self, claimonce::db::Connection) {
         let tls = tokio::task::spawn_blocking(Self::start)
             .await
             .expect("start");

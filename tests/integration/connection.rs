@@ -30,13 +30,7 @@ async fn deliver(receiver: &Receiver<Stripe>, id: &str) -> Response<Body> {
 }
 
 fn short_timeouts() -> Timeouts {
-    Timeouts::new(
-        Duration::from_millis(500),
-        Duration::from_millis(800),
-        Duration::from_millis(500),
-        Duration::from_millis(500),
-        Duration::from_millis(500),
-    )
+    Timeouts::new(Duration::from_millis(500), Duration::from_millis(800))
 }
 
 #[tokio::test]

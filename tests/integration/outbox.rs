@@ -4,16 +4,13 @@
 
 use std::collections::HashSet;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use claimonce::db::{Database, Settings};
 use claimonce::log::Log;
 use claimonce::scheduled::Budget;
-use claimonce::verify::timestamp_v1::TimestampV1;
-use claimonce::verify::{Verified, Verify};
-use claimonce::{Applied, Limits, Parsed, Provider, Receiver, Rejection, Transaction};
+use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{json_body, post};
@@ -24,42 +21,10 @@ use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, now, stripe_header};
 use outbox_relay::{Dispatch, Options, OutboxRow, Report, relay};
 use serde_json::{Value, json};
-use stripe_webhook::StripeEvent;
+use stripe_webhook::Stripe;
 use tokio_postgres::Client;
 
-/// The real Stripe parser and effect (which queues the welcome email in the outbox), plus a
-/// switch that makes the transaction fail after the outbox row was queued.
-struct StripeWithWelcome {
-    verifier: TimestampV1,
-    fail_after_outbox: Arc<AtomicBool>,
-}
-
-impl Provider for StripeWithWelcome {
-    type Event = StripeEvent;
-
-    fn name(&self) -> &'static str {
-        "stripe"
-    }
-
-    fn verifier(&self) -> &dyn Verify {
-        &self.verifier
-    }
-
-    fn parse(&self, _verified: &Verified, body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
-        stripe_webhook::parse_event(body)
-    }
-
-    fn apply(&self, parsed: &Parsed<StripeEvent>, tx: &mut Transaction) -> Applied {
-        let applied = stripe_webhook::apply_event(&parsed.event_id, &parsed.event, tx);
-        if self.fail_after_outbox.load(Ordering::SeqCst) {
-            // A later statement of the same effect failing (division by zero).
-            tx.execute("SELECT 1 / 0", vec![]);
-        }
-        applied
-    }
-}
-
-async fn deliver(receiver: &Receiver<StripeWithWelcome>, body: &[u8]) -> (u16, String) {
+async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
     let signature = stripe_header(STRIPE_SECRET, now(), body);
     let response = receiver
         .handle(post(
@@ -82,11 +47,26 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
     // The receiver logs in as a user granted only claimonce_handler, as in production: the
     // outbox insert must work with the handler's INSERT-only grant.
     let url = login_with(&db, "claimonce_handler").await;
-    let fail = Arc::new(AtomicBool::new(true));
-    let provider = StripeWithWelcome {
-        verifier: TimestampV1::new("stripe-signature", &[STRIPE_SECRET], 300).expect("secret"),
-        fail_after_outbox: Arc::clone(&fail),
-    };
+    // A later statement of the same effect fails after the outbox row was written (as a
+    // deadlock or a failover would), while the test says so.
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE fail_after_outbox (on_ boolean); INSERT INTO fail_after_outbox VALUES (true);
+             CREATE FUNCTION fail_after_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM fail_after_outbox) THEN
+                     RAISE EXCEPTION 'injected failure after the outbox row';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER fail_after_outbox AFTER INSERT ON outbox
+                 FOR EACH ROW EXECUTE FUNCTION fail_after_outbox();
+             GRANT SELECT ON fail_after_outbox TO claimonce_handler;",
+        )
+        .await
+        .expect("failing trigger");
+    let provider = Stripe::new(&[STRIPE_SECRET], 300).expect("secret");
     let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
     let (log, _) = Log::capture();
     let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
@@ -99,7 +79,11 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
     assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
 
     // Stripe retries; this time it commits, and the message with it.
-    fail.store(false, Ordering::SeqCst);
+    db.client()
+        .await
+        .batch_execute("DELETE FROM fail_after_outbox")
+        .await
+        .expect("stop failing");
     assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
     let row = db
         .client()

@@ -2,21 +2,26 @@
 //! and a password that is never in the environment (a Secrets Manager secret read once per
 //! cold start, or an RDS IAM token per connection).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::Region;
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use claimonce::auth::{IamTokens, fetch_secret};
-use claimonce::db::Settings;
+use claimonce::db::{ConnectError, Connection, Database, Settings};
+use claimonce::log::Log;
+use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
+use claimonce_tests::apigw::post;
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::lambda::{binaries, function, sample_event};
 use claimonce_tests::recorder::Recorder;
-use claimonce_tests::sign::now;
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
 use claimonce_tests::tls::TlsServer;
 use serde_json::Value;
+use stripe_webhook::Stripe;
 use tokio_postgres::Client;
 
 const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:claimonce/db-AbCdEf";
@@ -33,7 +38,7 @@ fn credentials() -> Credentials {
 }
 
 /// A TLS server with the migrations applied and a login role for the function.
-async fn server() -> (TlsServer, Client) {
+async fn server() -> (TlsServer, Connection) {
     let (tls, admin) = TlsServer::migrated().await;
     admin
         .batch_execute("CREATE ROLE stripe_fn LOGIN IN ROLE claimonce_handler")
@@ -122,6 +127,12 @@ async fn the_sdk_reads_the_standard_rds_secret() {
 #[tokio::test]
 async fn a_function_configured_with_a_secret_arn_reads_it_once_and_connects_over_verified_tls() {
     let (tls, admin) = server().await;
+    // The server asks for the secret's password: a function that sent none would be refused.
+    admin
+        .batch_execute("ALTER ROLE stripe_fn PASSWORD 'never-logged-pw'")
+        .await
+        .expect("password");
+    tls.require_password(&admin, "stripe_fn").await;
     let stub = Recorder::secrets_manager(ARN, SECRET).await;
     let f = function("stripe");
     let api = RuntimeApi::start(f.binary).await.expect("api");
@@ -228,4 +239,102 @@ async fn every_new_connection_gets_a_fresh_token_as_its_password() {
         .expect("q")
         .get(0);
     assert_eq!(user, "stripe_fn");
+}
+
+fn secret_with(password: &str) -> String {
+    SECRET.replace("never-logged-pw", password)
+}
+
+/// The Secrets Manager password is what authenticates (the server asks for it, SCRAM over
+/// TLS), and a rotated one is read again when the server refuses the old one on a reconnect.
+#[tokio::test]
+async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_refused() {
+    let (tls, admin) = server().await;
+    admin
+        .batch_execute("ALTER ROLE stripe_fn PASSWORD 'first-pw'")
+        .await
+        .expect("password");
+    tls.require_password(&admin, "stripe_fn").await;
+    let current = Arc::new(Mutex::new(secret_with("first-pw")));
+    let stub = Recorder::rotating_secret(ARN, Arc::clone(&current)).await;
+    let aws = claimonce::auth::aws_config()
+        .region(Region::new("us-east-1"))
+        .endpoint_url(&stub.url)
+        .credentials_provider(credentials())
+        .load()
+        .await;
+    let settings = Settings::with_secret(
+        "localhost",
+        tls.server.port,
+        "postgres",
+        aws.clone(),
+        ARN,
+        Some(&tls.ca),
+        test_timeouts(),
+    )
+    .await
+    .expect("settings");
+    let receiver = Receiver::new(
+        Stripe::new(&[STRIPE_SECRET], 300).expect("secret"),
+        Database::new(settings),
+        Limits::default(),
+        Log::capture().0,
+    );
+    let body = invoice_paid("evt_rotate_1", "cus_rotate", 10);
+    assert_eq!(deliver(&receiver, &body).await, 200);
+    assert_eq!(stub.requests().len(), 1, "read once at start");
+
+    // A wrong password is refused: the password really is checked.
+    *current.lock().expect("secret") = secret_with("wrong-pw");
+    let refused = Settings::with_secret(
+        "localhost",
+        tls.server.port,
+        "postgres",
+        aws,
+        ARN,
+        Some(&tls.ca),
+        test_timeouts(),
+    )
+    .await
+    .expect("settings")
+    .connect()
+    .await
+    .expect_err("a wrong password");
+    assert!(
+        matches!(&refused, ConnectError::Failed(e) if e.code().map(|c| c.code()) == Some("28P01")),
+        "{refused}"
+    );
+
+    // The rotation: a new password in the database and in the secret, and the proxy drops
+    // the idle connection. The next delivery reconnects, is refused with the old password,
+    // reads the secret again and goes through.
+    admin
+        .batch_execute(
+            "ALTER ROLE stripe_fn PASSWORD 'second-pw'; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'stripe_fn'",
+        )
+        .await
+        .expect("rotate");
+    *current.lock().expect("secret") = secret_with("second-pw");
+    let before = stub.requests().len();
+    let body = invoice_paid("evt_rotate_2", "cus_rotate", 10);
+    assert_eq!(deliver(&receiver, &body).await, 200);
+    assert_eq!(stub.requests().len(), before + 1, "read again once");
+    assert_eq!(
+        function_session(&admin).await,
+        vec![("stripe_fn".to_owned(), true)]
+    );
+}
+
+async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> u16 {
+    let sig = stripe_header(STRIPE_SECRET, now(), body);
+    receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[("stripe-signature", &sig)],
+            body,
+        ))
+        .await
+        .status()
+        .as_u16()
 }

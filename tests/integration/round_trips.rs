@@ -1,48 +1,45 @@
-//! The cost model: at most two round trips per delivery, new or duplicate, with unnamed
-//! statements only; and the naive shape (one round trip per statement, named statements)
+//! The cost model and what a pooler sees: one round trip carrying one unnamed statement per
+//! delivery, whatever its disposition, and nothing a transaction pooler would pin a session
+//! for; the retry after a connection lost at either side of the statement; the bounds that
+//! live in the database (the functions' lock_timeout, the login role's statement_timeout) and
+//! the client's deadline that cancels the statement on the server. The naive shape is
 //! measured the same way for comparison.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use claimonce::db::{Database, Settings};
-use claimonce::log::Log;
+use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::log::{Captured, Log};
 use claimonce::{Limits, Receiver};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::post;
 use claimonce_tests::db::test_timeouts;
-use claimonce_tests::proxy::FlightCounter;
+use claimonce_tests::proxy::{Fault, WireProxy};
 use claimonce_tests::sign::{
     STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
-async fn counted(db: &TestDb) -> (FlightCounter, Receiver<Stripe>) {
+/// A receiver whose connection goes through a [`WireProxy`], and its captured log.
+async fn proxied(db: &TestDb, timeouts: Timeouts) -> (WireProxy, Receiver<Stripe>, Captured) {
     let config = tokio_postgres::Config::from_str(&db.function_url).expect("url");
     let upstream = config.get_ports().first().copied().expect("port");
-    let proxy = FlightCounter::start(upstream).await;
+    let proxy = WireProxy::start(upstream).await;
     let url = db
         .function_url
         .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
-    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let settings = Settings::from_url(&url, None, timeouts).expect("settings");
     let stripe = Stripe::new(&[STRIPE_SECRET], 300).expect("secret");
-    let receiver = Receiver::new(
-        stripe,
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    );
+    let (log, lines) = Log::capture();
+    let receiver = Receiver::new(stripe, Database::new(settings), Limits::default(), log);
     receiver.warm_up().await;
-    (proxy, receiver)
+    (proxy, receiver, lines)
 }
 
-async fn flights_for(
-    proxy: &FlightCounter,
-    receiver: &Receiver<Stripe>,
-    body: &[u8],
-) -> (u16, u64) {
+/// Delivers `body`, signed: (status, disposition).
+async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
     let sig = stripe_header(STRIPE_SECRET, now(), body);
-    proxy.reset();
     let response = receiver
         .handle(post(
             "/webhooks/stripe",
@@ -50,28 +47,50 @@ async fn flights_for(
             body,
         ))
         .await;
-    (response.status().as_u16(), proxy.flights())
+    let answer: Value = serde_json::from_slice(response.body()).expect("json body");
+    let disposition = answer["disposition"].as_str().unwrap_or("error").to_owned();
+    (response.status().as_u16(), disposition)
+}
+
+async fn flights_for(proxy: &WireProxy, receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, u64) {
+    proxy.reset();
+    let (status, _) = deliver(receiver, body).await;
+    (status, proxy.flights())
+}
+
+/// The `error` member of the last delivery line.
+fn last_error(lines: &Captured) -> String {
+    let lines = lines.lock().expect("lines");
+    let last = lines.last().expect("a delivery line");
+    let line: Value = serde_json::from_str(last).expect("json line");
+    line["error"].as_str().unwrap_or("").to_owned()
 }
 
 #[tokio::test]
-async fn new_duplicate_ignored_and_failing_deliveries_take_two_round_trips() {
+async fn every_delivery_is_one_round_trip_with_one_unnamed_statement_and_no_set() {
     let db = TestDb::new().await;
-    let (proxy, receiver) = counted(&db).await;
+    let (proxy, receiver, _) = proxied(&db, test_timeouts()).await;
     let invoice = invoice_paid("evt_rt", "cus_rt", 10);
     assert_eq!(
         flights_for(&proxy, &receiver, &invoice).await,
-        (200, 2),
+        (200, 1),
         "new"
     );
     assert_eq!(
+        proxy.statements().len(),
+        1,
+        "one statement: {:?}",
+        proxy.statements()
+    );
+    assert_eq!(
         flights_for(&proxy, &receiver, &invoice).await,
-        (200, 2),
+        (200, 1),
         "duplicate"
     );
     let other = stripe_event("evt_rt_other", "charge.refunded", 1, json!({"id": "ch_1"}));
     assert_eq!(
         flights_for(&proxy, &receiver, &other).await,
-        (200, 2),
+        (200, 1),
         "ignored"
     );
     db.client()
@@ -82,10 +101,9 @@ async fn new_duplicate_ignored_and_failing_deliveries_take_two_round_trips() {
         .await
         .expect("constraint");
     let failing = checkout_completed("evt_rt_fail", "cus_rt_fail", "bad@example.com");
-    // The effect fails in flight 2; the COMMIT pipelined behind it ends the transaction.
     assert_eq!(
         flights_for(&proxy, &receiver, &failing).await,
-        (500, 2),
+        (500, 1),
         "failing effect"
     );
     // A rejected request never reaches the database.
@@ -102,7 +120,182 @@ async fn new_duplicate_ignored_and_failing_deliveries_take_two_round_trips() {
         (400, 0),
         "rejected"
     );
+    assert_eq!(proxy.pinning(), Vec::<String>::new());
+    // The failing effect took its claim with it.
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
+}
+
+#[tokio::test]
+async fn the_proxy_sees_what_a_pooler_would_pin() {
+    let db = TestDb::new().await;
+    let config = tokio_postgres::Config::from_str(&db.url).expect("url");
+    let upstream = config.get_ports().first().copied().expect("port");
+    let proxy = WireProxy::start(upstream).await;
+    let url = db
+        .url
+        .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+        .query("SELECT 1", &[])
+        .await
+        .expect("a named statement");
+    client
+        .batch_execute("SET LOCAL lock_timeout = 1")
+        .await
+        .expect("a SET");
+    let pinning = proxy.pinning();
+    assert_eq!(pinning.len(), 3, "{pinning:?}");
+    assert!(pinning[0].starts_with("named Parse"), "{pinning:?}");
+    assert!(pinning[1].starts_with("Bind of portal"), "{pinning:?}");
+    assert!(pinning[2].starts_with("SET on the wire"), "{pinning:?}");
+}
+
+#[tokio::test]
+async fn a_connection_lost_before_the_statement_reached_the_server_is_retried_once() {
+    let db = TestDb::new().await;
+    let (proxy, receiver, _) = proxied(&db, test_timeouts()).await;
+    proxy.inject(Fault::DropRequest);
+    let body = invoice_paid("evt_lost_req", "cus_lost", 10);
+    assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
+    assert_eq!(proxy.fired(), 1);
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        10
+    );
+}
+
+#[tokio::test]
+async fn a_connection_lost_after_the_commit_is_retried_and_answered_duplicate() {
+    let db = TestDb::new().await;
+    let (proxy, receiver, _) = proxied(&db, test_timeouts()).await;
+    proxy.inject(Fault::DropAnswer);
+    let body = invoice_paid("evt_lost_ack", "cus_lost", 10);
+    // The first attempt committed; its answer was lost. The retry finds the claim taken.
+    assert_eq!(deliver(&receiver, &body).await, (200, "duplicate".into()));
+    assert_eq!(proxy.fired(), 1);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        10
+    );
+}
+
+/// Holds the row lock of customer `id` in an open transaction until the client is dropped
+/// (or `ROLLBACK` is sent), so a delivery that credits it waits on it.
+async fn hold_customer(db: &TestDb, id: &str) -> tokio_postgres::Client {
+    let holder = db.client().await;
+    holder
+        .batch_execute(&format!(
+            "INSERT INTO customers (stripe_customer_id) VALUES ('{id}'); \
+             BEGIN; SELECT 1 FROM customers WHERE stripe_customer_id = '{id}' FOR UPDATE"
+        ))
+        .await
+        .expect("hold");
+    holder
+}
+
+/// Backends of `db` waiting for a lock, as the server sees them.
+async fn waiting(db: &TestDb) -> i64 {
+    db.count(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+        db.name
+    ))
+    .await
+}
+
+/// Credits a customer whose row another transaction holds, until the delivery answers: the
+/// delivery's answer and the error its line logged. The held claim rolled back with it.
+async fn credit_held_customer(db: &TestDb) -> (u16, String) {
+    let (_proxy, receiver, lines) = proxied(db, test_timeouts()).await;
+    let holder = hold_customer(db, "cus_held").await;
+    let status = deliver(&receiver, &invoice_paid("evt_held", "cus_held", 10))
+        .await
+        .0;
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        0,
+        "the claim went with the effect"
+    );
+    (status, last_error(&lines))
+}
+
+#[tokio::test]
+async fn a_lock_wait_is_bounded_by_the_effect_functions_lock_timeout() {
+    let db = TestDb::new().await;
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER FUNCTION stripe_credit_v1(text, text, bigint) SET lock_timeout = '200ms'",
+        )
+        .await
+        .expect("bound");
+    // lock_not_available
+    assert_eq!(
+        credit_held_customer(&db).await,
+        (500, "sqlstate 55P03".into())
+    );
+}
+
+#[tokio::test]
+async fn a_statement_is_bounded_by_the_login_roles_statement_timeout() {
+    let db = TestDb::new().await;
+    let user = tokio_postgres::Config::from_str(&db.function_url)
+        .expect("url")
+        .get_user()
+        .expect("user")
+        .to_owned();
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "ALTER FUNCTION stripe_credit_v1(text, text, bigint) SET lock_timeout = '60s'; \
+             ALTER ROLE \"{user}\" IN DATABASE \"{}\" SET statement_timeout = '300ms'",
+            db.name
+        ))
+        .await
+        .expect("bounds");
+    // query_canceled
+    assert_eq!(
+        credit_held_customer(&db).await,
+        (500, "sqlstate 57014".into())
+    );
+}
+
+#[tokio::test]
+async fn the_client_deadline_cancels_the_statement_on_the_server() {
+    let db = TestDb::new().await;
+    // Nothing on the server would end this wait for a minute.
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER FUNCTION stripe_credit_v1(text, text, bigint) SET lock_timeout = '60s'",
+        )
+        .await
+        .expect("bound");
+    let timeouts = Timeouts::new(Duration::from_secs(2), Duration::from_millis(500));
+    let (_proxy, receiver, lines) = proxied(&db, timeouts).await;
+    let holder = hold_customer(&db, "cus_stuck").await;
+    let body = invoice_paid("evt_stuck", "cus_stuck", 10);
+    assert_eq!(deliver(&receiver, &body).await.0, 500);
+    assert_eq!(last_error(&lines), "delivery timed out");
+    // The cancel was delivered before the answer; the server acts on it at once. Poll (the
+    // outcome is decided by the cancel: without it the wait would last the full minute).
+    let mut still_waiting = waiting(&db).await;
+    for _ in 0..100 {
+        if still_waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        still_waiting = waiting(&db).await;
+    }
+    assert_eq!(still_waiting, 0, "the statement still waits on the server");
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    // The next delivery makes a new connection and goes through.
+    assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
 }
 
 /// One delivery in the naive shape.
@@ -132,11 +325,11 @@ async fn naive(client: &mut tokio_postgres::Client, id: &str) {
 /// The shape a first version would take: `client.transaction()`, then `query`/`execute`
 /// with SQL text, each of which prepares a named statement first.
 #[tokio::test]
-async fn the_naive_shape_costs_three_times_as_many_round_trips() {
+async fn the_naive_shape_costs_six_times_as_many_round_trips() {
     let db = TestDb::new().await;
     let config = tokio_postgres::Config::from_str(&db.url).expect("url");
     let upstream = config.get_ports().first().copied().expect("port");
-    let proxy = FlightCounter::start(upstream).await;
+    let proxy = WireProxy::start(upstream).await;
     let url = db
         .url
         .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
@@ -152,4 +345,37 @@ async fn the_naive_shape_costs_three_times_as_many_round_trips() {
     let duplicate = proxy.flights();
     // BEGIN, prepare + execute the claim, prepare + execute the effect, COMMIT.
     assert_eq!((new, duplicate), (6, 4));
+    assert!(!proxy.pinning().is_empty(), "named statements");
+}
+
+/// The pooled pass (`CLAIMONCE_TEST_POOLER=pgbouncer`) really puts PgBouncer between the code
+/// under test and the server: the port the function connects to is not the server's.
+#[tokio::test]
+async fn the_pooled_pass_goes_through_the_pooler() {
+    let db = TestDb::new().await;
+    let port = |url: &str| {
+        tokio_postgres::Config::from_str(url)
+            .expect("url")
+            .get_ports()
+            .first()
+            .copied()
+            .expect("port")
+    };
+    let client = Settings::from_url(&db.function_url, None, test_timeouts())
+        .expect("settings")
+        .connect()
+        .await
+        .expect("connect");
+    let server_port: i32 = client
+        .query_one("SELECT inet_server_port()", &[])
+        .await
+        .expect("port")
+        .get(0);
+    let server_port = u16::try_from(server_port).expect("a port");
+    assert_eq!(server_port, port(&db.url), "the server behind both URLs");
+    if claimonce_tests::db::pooled() {
+        assert_ne!(port(&db.function_url), server_port, "through PgBouncer");
+    } else {
+        assert_eq!(db.function_url, db.url);
+    }
 }

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo run --release -p claimonce-bench --bin load -- [--seconds 10] [--clients 1,8,32,64]
-//!     [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--role-timeouts] [--quick]
+//!     [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--quick]
 //! ```
 
 use std::fmt::Write as _;
@@ -20,7 +20,7 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::verify::timestamp_v1;
 use claimonce::{Limits, Receiver};
-use claimonce_bench::{checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib};
+use claimonce_bench::{checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms};
 use claimonce_local::postgres::{Options, Postgres, bin_dir};
 use serde_json::json;
 use stripe_webhook::Stripe;
@@ -210,23 +210,15 @@ fn prepare(mode: Mode, run: &str, count: u64) -> Vec<(String, Vec<u8>, i64)> {
         .collect()
 }
 
-/// The bounds every transaction runs with. `--role-timeouts`: they come from the login role
-/// (`ALTER ROLE … SET`), so the handler sends no SET LOCAL; otherwise each transaction sets
-/// them.
+/// The client's bounds; the server's are in the functions and the login role.
 fn timeouts() -> Timeouts {
-    let in_transaction = if std::env::args().any(|a| a == "--role-timeouts") {
-        Duration::ZERO
-    } else {
-        Duration::from_secs(8)
-    };
-    Timeouts::new(
-        Duration::from_secs(5),
-        Duration::from_secs(10),
-        in_transaction,
-        in_transaction,
-        in_transaction,
-    )
+    Timeouts::new(Duration::from_secs(5), Duration::from_secs(10))
 }
+
+/// How the handler began every transaction before deliveries became one statement: the
+/// bounds sent as `SET LOCAL` on the wire. pgbench replays that shape for comparison.
+const TWO_FLIGHT_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 8000; \
+    SET LOCAL lock_timeout = 8000; SET LOCAL idle_in_transaction_session_timeout = 8000";
 
 async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
     let timeouts = timeouts();
@@ -388,21 +380,61 @@ async fn check(mode: Mode, admin: &Client, m: &Measured) -> Result<(), String> {
     }
 }
 
-/// How pgbench groups a delivery's statements into round trips.
+/// The SQL shape pgbench replays for a delivery.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum Flights {
-    /// As the handler sends them: BEGIN with the timeouts and the claim, then the effect (or
-    /// the duplicate's hash lookup) with COMMIT.
-    Two,
-    /// Everything in one pipeline, which the handler cannot do: it must see the claim's answer
-    /// before it knows whether to send the effect.
-    One,
+enum Shape {
+    /// The handler's one statement: the claim function, and the effect function under
+    /// `CASE WHEN c.won`.
+    Statement,
+    /// The shape deliveries had before (two pipelined flights: BEGIN with the bounds as
+    /// `SET LOCAL` and the claim; the effect's statements, or the duplicate's hash lookup, with
+    /// COMMIT): the baseline for the database's CPU per delivery.
+    TwoFlights,
 }
 
-/// pgbench's script for one delivery of `mode`: the handler's SQL, statement for statement,
-/// starting with the same `begin` (BEGIN and the `SET LOCAL` bounds).
-fn pgbench_script(mode: Mode, flights: Flights, begin: &str) -> String {
-    let begin: String = begin.split("; ").map(|s| format!("{s};\n")).collect();
+/// The handler's delivery statement with pgbench variables in place of its parameters.
+fn statement(event_id: &str, effect: &str) -> String {
+    format!(
+        "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN {effect} END \
+         FROM claimonce_claim_v1('stripe', {event_id}, 'x', '\\x00') AS c;\n"
+    )
+}
+
+/// pgbench's script for one delivery of `mode` in `shape`.
+fn pgbench_script(mode: Mode, shape: Shape) -> String {
+    let head =
+        format!("\\set id random(1, 9000000000000000)\n\\set c random(1, {HOT_CUSTOMERS})\n");
+    let id = "'pgb_' || :client_id || '_' || :id";
+    let customer = "'cus_pgb_' || :client_id || '_' || :id";
+    let delivery = match shape {
+        Shape::Statement => {
+            let effect = match mode {
+                Mode::Credit | Mode::Dup | Mode::DupApart => {
+                    "stripe_credit_v1('cus_hot_' || :c, 'x@example.com', 100)".to_owned()
+                }
+                _ => format!("stripe_provision_v1({customer}, 'x@example.com', {id})"),
+            };
+            let new = statement(id, &effect);
+            match mode {
+                // Three of four deliveries find the claim taken.
+                Mode::Dup => format!(
+                    "\\set n random(1, 4)\n\\if :n = 1\n{new}\\else\n{}\\endif\n",
+                    statement("'pgb_dup'", &effect)
+                ),
+                _ => new,
+            }
+        }
+        Shape::TwoFlights => two_flights(mode),
+    };
+    format!("{head}{delivery}")
+}
+
+/// The two-flight shape's SQL, statement for statement as the handler sent it.
+fn two_flights(mode: Mode) -> String {
+    let begin: String = TWO_FLIGHT_BEGIN
+        .split("; ")
+        .map(|s| format!("{s};\n"))
+        .collect();
     let claim = |id: &str| {
         format!(
             "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
@@ -425,26 +457,21 @@ fn pgbench_script(mode: Mode, flights: Flights, begin: &str) -> String {
             'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id ON CONFLICT DO NOTHING;\n"
         }
     };
-    let split = match flights {
-        Flights::Two => "\\endpipeline\n\\startpipeline\n",
-        Flights::One => "",
-    };
     let delivery = |claim: String, rest: &str| {
-        format!("\\startpipeline\n{begin}{claim}{split}{rest}COMMIT;\n\\endpipeline\n")
+        format!(
+            "\\startpipeline\n{begin}{claim}\\endpipeline\n\\startpipeline\n{rest}COMMIT;\n\\endpipeline\n"
+        )
     };
     let full = delivery(claim("'pgb_' || :client_id || '_' || :id"), effect);
-    let head =
-        format!("\\set id random(1, 9000000000000000)\n\\set c random(1, {HOT_CUSTOMERS})\n");
     match mode {
-        // Three of four deliveries find the claim taken: claim, then hash lookup and COMMIT.
         Mode::Dup => format!(
-            "{head}\\set n random(1, 4)\n\\if :n = 1\n{full}\\else\n{}\\endif\n",
+            "\\set n random(1, 4)\n\\if :n = 1\n{full}\\else\n{}\\endif\n",
             delivery(
                 claim("'pgb_dup'"),
                 "SELECT payload_sha256 FROM processed_events WHERE provider = 'stripe' AND event_id = 'pgb_dup';\n"
             )
         ),
-        _ => format!("{head}{full}"),
+        _ => full,
     }
 }
 
@@ -455,32 +482,33 @@ struct Ceiling {
     /// pgbench's own CPU (user + system) per 1,000 transactions: the C client's cost, to
     /// read beside the handler's, since both share the machine with PostgreSQL.
     client_cpu_per_1000: f64,
+    /// PostgreSQL's CPU (every server process) per 1,000 transactions.
+    db_cpu_per_1000: f64,
 }
 
-/// pgbench's tps for `mode`'s SQL in `flights` round trips. `protocol` is
-/// `prepared` (named statements planned once: the database's own ceiling) or `extended`
+/// pgbench's tps for `mode`'s SQL in `shape`. `protocol` is `prepared` (named statements
+/// planned once: not allowed through a transaction pooler without pinning) or `extended`
 /// (unnamed statements parsed and planned every time: the protocol a transaction-pooling
 /// proxy allows, and the one the handler uses).
 #[allow(clippy::too_many_arguments)]
 fn pgbench(
     mode: Mode,
-    flights: Flights,
+    shape: Shape,
     protocol: &str,
-    port: u16,
+    pg: &Postgres,
     db: &str,
     clients: usize,
     seconds: u64,
     dir: &std::path::Path,
 ) -> Result<Ceiling, String> {
     let script = dir.join(format!(
-        "{}_{flights:?}.sql",
+        "{}_{shape:?}.sql",
         mode.name().split(' ').next().unwrap_or("x")
     ));
-    std::fs::write(
-        &script,
-        pgbench_script(mode, flights, timeouts().begin_sql()),
-    )
-    .map_err(|e| e.to_string())?;
+    std::fs::write(&script, pgbench_script(mode, shape)).map_err(|e| e.to_string())?;
+    let port = pg.port;
+    let postmaster = postmaster_pid(pg);
+    let db_before = postgres_cpu_ms(postmaster);
     let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
     let cpu_before = children_cpu_ms();
     let output = Command::new(exe)
@@ -509,6 +537,7 @@ fn pgbench(
         .output()
         .map_err(|e| format!("pgbench: {e}"))?;
     let cpu = children_cpu_ms() - cpu_before;
+    let db_cpu = postgres_cpu_ms(postmaster) - db_before;
     let text = String::from_utf8_lossy(&output.stdout);
     let field = |prefix: &str, index: usize| {
         text.lines()
@@ -523,12 +552,21 @@ fn pgbench(
         (Some(tps), Some(n)) if n > 0.0 => Ok(Ceiling {
             tps,
             client_cpu_per_1000: cpu * 1000.0 / n,
+            db_cpu_per_1000: db_cpu * 1000.0 / n,
         }),
         _ => Err(format!(
             "pgbench gave no tps: {text}{}",
             String::from_utf8_lossy(&output.stderr)
         )),
     }
+}
+
+/// The postmaster's pid, from `postmaster.pid` in the data directory.
+fn postmaster_pid(pg: &Postgres) -> u32 {
+    std::fs::read_to_string(pg.dir.join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next()?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 // One thread, like one Lambda execution environment's runtime: the environments interleave
@@ -583,11 +621,12 @@ async fn main() -> std::process::ExitCode {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| mode | clients | deliveries/s | pgbench, same two flights (tps) | ratio | pgbench, one flight (tps) | ratio | pgbench, one flight, prepared (tps) | ratio | p50 ms | p99 ms | errors | handler CPU ms / 1000 (user + sys) | pgbench client CPU ms / 1000 (two flights) | invariant |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| mode | clients | deliveries/s | pgbench, same statement, unnamed (tps) | ratio | pgbench, same statement, prepared (tps) | ratio | pgbench, old two flights (tps) | p50 ms | p99 ms | errors | handler CPU ms / 1000 (user + sys) | pgbench client CPU ms / 1000 (same statement) | DB CPU ms / 1000: handler | DB CPU: pgbench same statement | DB CPU: pgbench old two flights | invariant |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut failed = false;
-    let mut ceilings: std::collections::HashMap<(&str, usize, Flights, &str, u32), Ceiling> =
+    let mut pgbench_failed = false;
+    let mut ceilings: std::collections::HashMap<(&str, usize, Shape, &str, u32), Ceiling> =
         std::collections::HashMap::new();
     let mut rows = Vec::new();
     for repetition in 0..args.repeat {
@@ -612,7 +651,10 @@ async fn main() -> std::process::ExitCode {
             .await
             .expect("db");
         let url = pg.url(&db);
+        let postmaster = postmaster_pid(&pg);
+        let db_before = postgres_cpu_ms(postmaster);
         let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
+        let handler_db_cpu = postgres_cpu_ms(postmaster) - db_before;
         let check_client = connect(&url).await;
         let invariant = check(mode, &check_client, &m).await;
         drop(check_client);
@@ -626,25 +668,25 @@ async fn main() -> std::process::ExitCode {
         };
         let mut ceiling = [Ceiling::default(); 3];
         let shapes = [
-            (Flights::Two, "extended"),
-            (Flights::One, "extended"),
-            (Flights::One, "prepared"),
+            (Shape::Statement, "extended"),
+            (Shape::Statement, "prepared"),
+            (Shape::TwoFlights, "extended"),
         ];
-        for (slot, (flights, protocol)) in shapes.into_iter().enumerate() {
-            let key = (ceiling_mode.name(), clients, flights, protocol, repetition);
+        for (slot, (shape, protocol)) in shapes.into_iter().enumerate() {
+            let key = (ceiling_mode.name(), clients, shape, protocol, repetition);
             let measured = match ceilings.get(&key) {
                 Some(measured) => *measured,
                 None => {
-                    let pdb = format!("pgbench_{run}_{flights:?}_{protocol}").to_lowercase();
+                    let pdb = format!("pgbench_{run}_{shape:?}_{protocol}").to_lowercase();
                     admin
                         .batch_execute(&format!("CREATE DATABASE {pdb} TEMPLATE bench_template"))
                         .await
                         .expect("db");
                     let measured = pgbench(
                         ceiling_mode,
-                        flights,
+                        shape,
                         protocol,
-                        pg.port,
+                        &pg,
                         &pdb,
                         clients,
                         args.seconds,
@@ -652,6 +694,7 @@ async fn main() -> std::process::ExitCode {
                     )
                     .unwrap_or_else(|e| {
                         eprintln!("{e}");
+                        pgbench_failed = true;
                         Ceiling::default()
                     });
                     ceilings.insert(key, measured);
@@ -662,8 +705,7 @@ async fn main() -> std::process::ExitCode {
                 *c = measured;
             }
         }
-        let [two, one, one_prepared] = ceiling;
-        let (same_flights, one_flight, prepared) = (two.tps, one.tps, one_prepared.tps);
+        let [unnamed, prepared, old] = ceiling;
         let rate = m.deliveries as f64 / m.seconds;
         let ratio = |ceiling: f64| {
             if ceiling > 0.0 {
@@ -682,24 +724,32 @@ async fn main() -> std::process::ExitCode {
         let (user, sys) = (per_1000(m.cpu_ms.0), per_1000(m.cpu_ms.1));
         let _ = writeln!(
             table,
-            "| {} | {clients} | {rate:.0} | {same_flights:.0} | {} | {one_flight:.0} | {} | {prepared:.0} | {} | {:.2} | {:.2} | {} | {:.1} ({user:.1} + {sys:.1}) | {:.1} | {} |",
+            "| {} | {clients} | {rate:.0} | {:.0} | {} | {:.0} | {} | {:.0} | {:.2} | {:.2} | {} | {:.1} ({user:.1} + {sys:.1}) | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             mode.name(),
-            ratio(same_flights),
-            ratio(one_flight),
-            ratio(prepared),
+            unnamed.tps,
+            ratio(unnamed.tps),
+            prepared.tps,
+            ratio(prepared.tps),
+            old.tps,
             percentile(&m.latencies_us, 0.50),
             percentile(&m.latencies_us, 0.99),
             m.errors,
             user + sys,
-            two.client_cpu_per_1000,
+            unnamed.client_cpu_per_1000,
+            per_1000(handler_db_cpu),
+            unnamed.db_cpu_per_1000,
+            old.db_cpu_per_1000,
             match &invariant {
                 Ok(()) => "ok".to_owned(),
                 Err(e) => format!("BROKEN: {e}"),
             },
         );
         eprintln!(
-            "{} x{clients}: {rate:.0}/s vs pgbench {same_flights:.0} (two flights) / {one_flight:.0} (one) / {prepared:.0} (one, prepared) tps",
-            mode.name()
+            "{} x{clients}: {rate:.0}/s vs pgbench {:.0} (same statement) / {:.0} (prepared) / {:.0} (old two flights) tps",
+            mode.name(),
+            unnamed.tps,
+            prepared.tps,
+            old.tps
         );
     }
     println!(
@@ -713,6 +763,10 @@ async fn main() -> std::process::ExitCode {
     );
     if failed {
         eprintln!("load: an invariant broke (see the table)");
+        return std::process::ExitCode::FAILURE;
+    }
+    if pgbench_failed {
+        eprintln!("load: a pgbench run failed (see above), so a ceiling is missing");
         return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS

@@ -224,7 +224,7 @@ async fn run_batch<D: Dispatch>(
     let idle = budget.remaining() + options.send_timeout + Duration::from_secs(2);
     let begin = format!(
         "{}; SET LOCAL ROLE claimonce_relay; SET LOCAL idle_in_transaction_session_timeout = {}",
-        timeouts.begin_sql(),
+        timeouts.job_begin(),
         idle.as_millis()
     );
     let limit = i64::from(options.batch_size);

@@ -5,7 +5,7 @@
 use claimonce::config::{self, ConfigError};
 use claimonce::verify::standard_webhooks::StandardWebhooks;
 use claimonce::verify::{Verified, Verify, split_secrets};
-use claimonce::{Applied, Param, Parsed, Problem, Provider, Rejection, Transaction, Type};
+use claimonce::{Effect, Param, Parsed, Problem, Provider, Rejection, Type};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -200,47 +200,24 @@ pub fn parse_event(verified: &Verified, body: &[u8]) -> Result<Parsed<ResendEven
     })
 }
 
-const RECORD: &str = "INSERT INTO email_events (event_id, email_id, event_type, recipients, occurred_at) \
-     VALUES ($1, $2, $3, $4, CAST($5 AS timestamptz))";
-
-// The first reason an address was suppressed is kept.
-const SUPPRESS: &str = "INSERT INTO email_suppressions (email, reason, source_event_id) \
-     SELECT address, $2, $3 FROM unnest($1::text[]) AS address \
-     ON CONFLICT (email) DO NOTHING";
-
-/// Queues the effect of an event, given its id and type.
-pub fn apply_event(
-    id: &str,
-    event_type: &str,
-    event: &ResendEvent,
-    tx: &mut Transaction,
-) -> Applied {
+/// The event's effect, given its id and type: every `email.*` event is recorded, and the
+/// recipients of a suppressing one are suppressed (`resend_record_v1`, migration V6).
+pub fn effect(id: &str, event_type: &str, event: &ResendEvent) -> Option<Effect> {
     let ResendEvent::Email(email) = event else {
-        return Applied::Ignored;
+        return None;
     };
-    tx.execute(
-        RECORD,
+    let suppress = email.suppress.filter(|_| !email.recipients.is_empty());
+    Some(Effect::call(
+        "resend_record_v1",
         vec![
             Param::new(id.to_owned(), Type::TEXT),
             Param::new(email.email_id.clone(), Type::TEXT),
             Param::new(event_type.to_owned(), Type::TEXT),
             Param::new(email.recipients.clone(), Type::TEXT_ARRAY),
             Param::new(email.occurred_at.clone(), Type::TEXT),
+            Param::new(suppress, Type::TEXT),
         ],
-    );
-    if let Some(reason) = email.suppress
-        && !email.recipients.is_empty()
-    {
-        tx.execute(
-            SUPPRESS,
-            vec![
-                Param::new(email.recipients.clone(), Type::TEXT_ARRAY),
-                Param::new(reason, Type::TEXT),
-                Param::new(id.to_owned(), Type::TEXT),
-            ],
-        );
-    }
-    Applied::Processed
+    ))
 }
 
 impl Provider for Resend {
@@ -258,8 +235,8 @@ impl Provider for Resend {
         parse_event(verified, body)
     }
 
-    fn apply(&self, event: &Parsed<ResendEvent>, tx: &mut Transaction) -> Applied {
-        apply_event(&event.event_id, &event.event_type, &event.event, tx)
+    fn effect(&self, event: &Parsed<ResendEvent>) -> Option<Effect> {
+        effect(&event.event_id, &event.event_type, &event.event)
     }
 }
 

@@ -139,7 +139,7 @@ fn summary(error: &tokio_postgres::Error) -> String {
 async fn batch(client: &Client, timeouts: &Timeouts, sql: &str) -> Result<u64, String> {
     let text = format!(
         "{}; SET LOCAL ROLE claimonce_sweeper; {sql}; COMMIT",
-        timeouts.begin_sql()
+        timeouts.job_begin()
     );
     let outcome = tokio::time::timeout(timeouts.delivery, client.simple_query(&text)).await;
     match outcome {

@@ -5,7 +5,7 @@
 use claimonce::config::{self, ConfigError};
 use claimonce::verify::timestamp_v1::TimestampV1;
 use claimonce::verify::{Verified, Verify, split_secrets};
-use claimonce::{Applied, Param, Parsed, Problem, Provider, Rejection, Transaction, Type};
+use claimonce::{Effect, Param, Parsed, Problem, Provider, Rejection, Type};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -189,63 +189,24 @@ pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
     })
 }
 
-const PROVISION: &str = "INSERT INTO customers (stripe_customer_id, email) VALUES ($1, $2) \
-     ON CONFLICT (stripe_customer_id) DO UPDATE \
-     SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now()";
-
-const CREDIT: &str = "INSERT INTO customers (stripe_customer_id, email, credit_balance_cents) \
-     VALUES ($1, $2, $3) \
-     ON CONFLICT (stripe_customer_id) DO UPDATE \
-     SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
-         email = COALESCE(customers.email, EXCLUDED.email), updated_at = now()";
-
-// Newer wins: a stored state is replaced only by a strictly newer event, or on a tie by a
-// deletion (a subscription cannot come back from canceled).
-const KEEP_SUBSCRIPTION: &str = "INSERT INTO subscriptions \
-     (stripe_subscription_id, stripe_customer_id, status, event_created) \
-     VALUES ($1, $2, $3, to_timestamp($4)) \
-     ON CONFLICT (stripe_subscription_id) DO UPDATE \
-     SET stripe_customer_id = EXCLUDED.stripe_customer_id, status = EXCLUDED.status, \
-         event_created = EXCLUDED.event_created, updated_at = now() \
-     WHERE subscriptions.event_created < EXCLUDED.event_created \
-        OR (subscriptions.event_created = EXCLUDED.event_created AND $5)";
-
-// The welcome email leaves the database through the outbox, written in the claim's
-// transaction: one `email.welcome` message per customer (dedup_key), only when Stripe sent an
-// email. `ON CONFLICT DO NOTHING` names no conflict target because naming one needs SELECT,
-// which the handler role does not have on the outbox.
-const WELCOME_EMAIL: &str = "INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
-     SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', $1::text, 'email', $2::text), \
-            'stripe', $3::text, $1::text \
-     WHERE $2::text IS NOT NULL \
-     ON CONFLICT DO NOTHING";
-
-/// Queues the effect of event `event_id` on the claim transaction.
-pub fn apply_event(event_id: &str, event: &StripeEvent, tx: &mut Transaction) -> Applied {
-    match event {
-        StripeEvent::CheckoutCompleted { customer, email } => {
-            tx.execute(
-                PROVISION,
-                vec![
-                    Param::new(customer.clone(), Type::TEXT),
-                    Param::new(email.clone(), Type::TEXT),
-                ],
-            );
-            tx.execute(
-                WELCOME_EMAIL,
-                vec![
-                    Param::new(customer.clone(), Type::TEXT),
-                    Param::new(email.clone(), Type::TEXT),
-                    Param::new(event_id.to_owned(), Type::TEXT),
-                ],
-            );
-        }
+/// The event's effect: a call of one of the effect functions that migration V6 adds.
+pub fn effect(event_id: &str, event: &StripeEvent) -> Option<Effect> {
+    Some(match event {
+        // Provisions the customer, and queues its welcome email in the outbox.
+        StripeEvent::CheckoutCompleted { customer, email } => Effect::call(
+            "stripe_provision_v1",
+            vec![
+                Param::new(customer.clone(), Type::TEXT),
+                Param::new(email.clone(), Type::TEXT),
+                Param::new(event_id.to_owned(), Type::TEXT),
+            ],
+        ),
         StripeEvent::InvoicePaid {
             customer,
             amount_paid,
             email,
-        } => tx.execute(
-            CREDIT,
+        } => Effect::call(
+            "stripe_credit_v1",
             vec![
                 Param::new(customer.clone(), Type::TEXT),
                 Param::new(email.clone(), Type::TEXT),
@@ -258,19 +219,18 @@ pub fn apply_event(event_id: &str, event: &StripeEvent, tx: &mut Transaction) ->
             status,
             created,
             deleted,
-        } => tx.execute(
-            KEEP_SUBSCRIPTION,
+        } => Effect::call(
+            "stripe_keep_subscription_v1",
             vec![
                 Param::new(id.clone(), Type::TEXT),
                 Param::new(customer.clone(), Type::TEXT),
                 Param::new(status.clone(), Type::TEXT),
-                Param::new(*created as f64, Type::FLOAT8),
+                Param::new(*created, Type::INT8),
                 Param::new(*deleted, Type::BOOL),
             ],
         ),
-        StripeEvent::Other => return Applied::Ignored,
-    }
-    Applied::Processed
+        StripeEvent::Other => return None,
+    })
 }
 
 impl Provider for Stripe {
@@ -288,8 +248,8 @@ impl Provider for Stripe {
         parse_event(body)
     }
 
-    fn apply(&self, event: &Parsed<StripeEvent>, tx: &mut Transaction) -> Applied {
-        apply_event(&event.event_id, &event.event, tx)
+    fn effect(&self, event: &Parsed<StripeEvent>) -> Option<Effect> {
+        effect(&event.event_id, &event.event)
     }
 }
 
