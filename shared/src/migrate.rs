@@ -4,6 +4,8 @@
 //! so it is applied once or not at all. A recorded migration whose SQL has changed since it
 //! was applied stops the run: the database and the files disagree, and a person must decide.
 
+use std::time::Duration;
+
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
@@ -62,6 +64,40 @@ const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     name text NOT NULL,
     sha256 bytea NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now())";
+
+/// How long the server lets a migration run wait: for a lock, and for one statement. A
+/// migration that cannot get its lock in time, or runs too long, is stopped by the server
+/// (SQLSTATE 55P03 or 57014) and rolled back, instead of holding up the deployment, and the
+/// deliveries queued behind its lock, until something outside gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// `lock_timeout` for every statement of the run.
+    pub lock: Duration,
+    /// `statement_timeout` for every statement of the run.
+    pub statement: Duration,
+}
+
+/// [`apply`] with the server-side [`Bounds`] in force for the whole run. They are set on the
+/// session, which the run owns: a migration connection is made for one run and dropped after
+/// it, so pinning it (behind RDS Proxy) costs nothing.
+pub async fn apply_within(
+    client: &mut Client,
+    migrations: &[Migration],
+    bounds: Bounds,
+) -> Result<Vec<i32>, MigrateError> {
+    client
+        .batch_execute(&format!(
+            "SET lock_timeout = {}; SET statement_timeout = {}",
+            bounds.lock.as_millis().max(1),
+            bounds.statement.as_millis().max(1)
+        ))
+        .await
+        .map_err(|error| MigrateError::Database {
+            version: None,
+            error,
+        })?;
+    apply(client, migrations).await
+}
 
 /// Applies, in version order, every migration not yet recorded. Returns the versions applied
 /// by this call (empty when the database was already up to date). Concurrent runners are

@@ -32,6 +32,31 @@ fn migrator(url: &str, migrations: &'static [Migration]) -> Migrator {
     Migrator::new(Ok(settings), migrations, Log::capture().0)
 }
 
+/// The migrations plus `extra`, as the migrate binary would carry them.
+fn with_extra(extra: Migration) -> &'static [Migration] {
+    let mut all = claimonce_migrations::ALL.to_vec();
+    all.push(extra);
+    Box::leak(all.into_boxed_slice())
+}
+
+/// A migrator with these `options`.
+fn migrator_with(
+    url: &str,
+    migrations: &'static [Migration],
+    options: claimonce_migrate::Options,
+) -> Migrator {
+    migrator(url, migrations).with_options(Ok(options))
+}
+
+/// The database at `url`, for assertions.
+fn database_at(url: &str) -> TestDb {
+    TestDb {
+        name: String::new(),
+        function_url: url.to_owned(),
+        url: url.to_owned(),
+    }
+}
+
 fn request(kind: &str, response_url: &str) -> Value {
     let mut event = json!({
         "RequestType": kind,
@@ -350,4 +375,247 @@ async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds
     migrate.handle(&forward).await.expect("answered");
     let (_, body) = last_put(&cfn);
     assert_eq!(body["Status"], "FAILED", "{body}");
+}
+
+fn options(users: &[&str]) -> claimonce_migrate::Options {
+    claimonce_migrate::Options {
+        handler_users: users
+            .iter()
+            .map(|u| claimonce_migrate::RoleName::parse(u).expect("role name"))
+            .collect(),
+        ..claimonce_migrate::Options::default()
+    }
+}
+
+/// Answers one custom-resource request and returns the body CloudFormation received.
+async fn answer(migrate: &Migrator, kind: &str, cfn: &Recorder) -> Value {
+    migrate
+        .handle(&request(kind, &cfn.url))
+        .await
+        .expect("answered");
+    last_put(cfn).1
+}
+
+/// Asserts a FAILED answer whose reason holds every one of `parts`.
+fn assert_failed(body: &Value, parts: &[&str]) {
+    assert_eq!(body["Status"], "FAILED", "{body}");
+    let reason = body["Reason"].as_str().unwrap_or("");
+    for part in parts {
+        assert!(reason.contains(part), "{part:?} not in {reason}");
+    }
+}
+
+#[tokio::test]
+async fn the_handler_users_get_their_timeouts_as_login_role_settings() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    // Roles are cluster-wide: named after this test's database so that tests do not meet.
+    let role = format!("{}_stripe-webhook", db.name);
+    db.client()
+        .await
+        .batch_execute(&format!("CREATE ROLE \"{role}\" LOGIN"))
+        .await
+        .expect("create the handler user");
+    let mut configured = options(&[&role]);
+    configured.handler_timeout = Duration::from_millis(2500);
+    let migrate = migrator_with(&url, claimonce_migrations::ALL, configured);
+    let cfn = Recorder::ok().await;
+
+    // Twice: the second run (a redeploy, or Lambda retrying the invocation) changes nothing.
+    for kind in ["Create", "Update"] {
+        let body = answer(&migrate, kind, &cfn).await;
+        assert_eq!(body["Status"], "SUCCESS", "{body}");
+    }
+    let settings: Vec<String> = db
+        .client()
+        .await
+        .query(
+            "SELECT unnest(setconfig) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole \
+             WHERE r.rolname = $1 AND s.setdatabase = 0 ORDER BY 1",
+            &[&role],
+        )
+        .await
+        .expect("pg_db_role_setting")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            "idle_in_transaction_session_timeout=2500ms",
+            "statement_timeout=2500ms"
+        ]
+    );
+    // A new session of that user starts with them: nothing needs a SET on the wire.
+    let as_handler = url.replacen("postgres@", &format!("{role}@"), 1);
+    let (client, connection) = tokio_postgres::connect(&as_handler, tokio_postgres::NoTls)
+        .await
+        .expect("connect as the handler user");
+    tokio::spawn(connection);
+    for name in ["statement_timeout", "idle_in_transaction_session_timeout"] {
+        let shown: String = client
+            .query_one(&format!("SHOW {name}"), &[])
+            .await
+            .expect("show")
+            .get(0);
+        assert_eq!(shown, "2500ms", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_handler_user_that_does_not_exist_fails_the_deploy_by_name() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let missing = format!("{}_nobody", db.name);
+    let migrate = migrator_with(&url, claimonce_migrations::ALL, options(&[&missing]));
+    let body = answer(&migrate, "Create", &Recorder::ok().await).await;
+    assert_failed(&body, &[&format!("role {missing} does not exist")]);
+
+    // Names that are not plain identifiers are refused before anything runs.
+    for bad in ["", "1abc", "a\"b", "x; DROP TABLE t", &"r".repeat(64)] {
+        assert!(claimonce_migrate::RoleName::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_migration_that_waits_on_a_lock_is_stopped_and_answered_failed() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    migrator(&url, claimonce_migrations::ALL)
+        .apply()
+        .await
+        .expect("migrated");
+    // Something else holds the ledger (a long transaction); the next migration needs it.
+    let (holder, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    holder
+        .batch_execute("BEGIN; LOCK TABLE processed_events IN ACCESS SHARE MODE")
+        .await
+        .expect("hold a lock");
+    let more = with_extra(Migration {
+        version: 99,
+        name: "needs_the_ledger",
+        sql: "ALTER TABLE processed_events ADD COLUMN note text",
+    });
+    let mut bounded = claimonce_migrate::Options::default();
+    bounded.bounds.lock = Duration::from_millis(300);
+    let migrate = migrator_with(&url, more, bounded);
+    let cfn = Recorder::ok().await;
+    let body = answer(&migrate, "Update", &cfn).await;
+    assert_failed(
+        &body,
+        &[
+            "V99__needs_the_ledger",
+            "55P03",
+            "MIGRATE_LOCK_TIMEOUT_MS (300 ms)",
+        ],
+    );
+    holder.batch_execute("COMMIT").await.expect("release");
+    // Nothing of it was applied; once the lock is free the next deploy applies it, once.
+    let count = "SELECT count(*) FROM schema_migrations WHERE version = 99";
+    assert_eq!(database_at(&url).count(count).await, 0);
+    assert_eq!(
+        answer(&migrate, "Update", &cfn).await["Data"]["Applied"],
+        "99"
+    );
+    assert_eq!(database_at(&url).count(count).await, 1);
+}
+
+#[tokio::test]
+async fn a_migration_that_runs_too_long_is_stopped_and_answered_failed() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let slow = with_extra(Migration {
+        version: 99,
+        name: "slow",
+        sql: "CREATE TABLE slow (n int); SELECT pg_sleep(30)",
+    });
+    let mut bounded = claimonce_migrate::Options::default();
+    bounded.bounds.statement = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let body = answer(
+        &migrator_with(&url, slow, bounded),
+        "Create",
+        &Recorder::ok().await,
+    )
+    .await;
+    // Stopped by the server, not left to run its 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_failed(
+        &body,
+        &["V99__slow", "57014", "MIGRATE_STATEMENT_TIMEOUT_MS"],
+    );
+    assert_eq!(
+        database_at(&url)
+            .count("SELECT count(*) FROM pg_tables WHERE tablename = 'slow'")
+            .await,
+        0,
+        "rolled back"
+    );
+}
+
+#[tokio::test]
+async fn a_run_past_the_invocations_deadline_is_answered_failed_in_time() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let slow = with_extra(Migration {
+        version: 99,
+        name: "slow",
+        sql: "SELECT pg_sleep(30)",
+    });
+    let migrate = migrator(&url, slow);
+    let cfn = Recorder::ok().await;
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    migrate
+        .handle_until(&request("Create", &cfn.url), Some(deadline))
+        .await
+        .expect("answered");
+    // Answered, not left to the function's timeout: well before the 30 s the migration wanted.
+    assert!(
+        std::time::Instant::now() < deadline + Duration::from_secs(10),
+        "answered late"
+    );
+    assert_failed(
+        &last_put(&cfn).1,
+        &["did not finish in this invocation's time"],
+    );
+}
+
+#[tokio::test]
+async fn concurrent_runs_apply_each_migration_once() {
+    // Lambda may run a retried invocation while the first is still going: the runs queue on
+    // the bookkeeping lock and each migration is applied by exactly one of them.
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    // The bookkeeping table exists after any earlier deploy; the runs race for what follows.
+    let first = claimonce_migrations::ALL.get(..1).expect("a migration");
+    migrator(&url, Box::leak(first.to_vec().into_boxed_slice()))
+        .apply()
+        .await
+        .expect("first migration");
+    let (one, two) = (
+        migrator(&url, claimonce_migrations::ALL),
+        migrator(&url, claimonce_migrations::ALL),
+    );
+    let (a, b) = tokio::join!(one.apply(), two.apply());
+    let (a, b) = (a.expect("first run"), b.expect("second run"));
+    let mut applied = [a.applied, b.applied].concat();
+    applied.sort_unstable();
+    let all: Vec<i32> = claimonce_migrations::ALL
+        .iter()
+        .map(|m| m.version)
+        .collect();
+    assert_eq!(applied, all.get(1..).expect("more than one migration"));
+    assert_eq!(
+        database_at(&url)
+            .count("SELECT count(*) FROM schema_migrations")
+            .await,
+        i64::try_from(all.len()).expect("len")
+    );
 }

@@ -100,9 +100,10 @@ impl std::fmt::Display for PutFailed {
 
 impl std::error::Error for PutFailed {}
 
-/// How long one PUT may take, and how many are tried.
-const PUT_TIMEOUT: Duration = Duration::from_secs(10);
-const PUT_ATTEMPTS: u32 = 3;
+/// How long one PUT may take.
+pub const PUT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many PUTs are tried (0.5 s, then 1 s apart).
+pub const PUT_ATTEMPTS: u32 = 3;
 
 /// PUTs `response` to `url`, retrying a few times: CloudFormation waits for this PUT (up to
 /// the resource's ServiceTimeout), so a lost one stalls the deployment.

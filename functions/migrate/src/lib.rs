@@ -11,20 +11,136 @@
 //!   `ResponseURL`, success or failure, so a deployment never waits in vain;
 //! - a plain invoke (`aws lambda invoke --payload '{}'`): returns `{"applied": [...]}`.
 //!
+//! After the migrations it sets the login-role defaults of the handler users
+//! (`DB_HANDLER_USERS`): `statement_timeout` and `idle_in_transaction_session_timeout`, so a
+//! delivery sends no `SET` on the wire (a `SET` would pin the session behind RDS Proxy).
+//!
+//! Every wait is bounded so that CloudFormation always gets an answer in time: the server
+//! stops a migration that waits on a lock or runs too long (`MIGRATE_LOCK_TIMEOUT_MS`,
+//! `MIGRATE_STATEMENT_TIMEOUT_MS`), and the whole run must end [`ANSWER_MARGIN`] before the
+//! invocation's deadline, leaving time for the answer's PUT.
+//!
 //! Failure reasons are data-free: the migration, the SQLSTATE and the object names, never the
 //! server's message (which can quote values) and never a credential.
 
 pub mod cfn;
 
-use claimonce::config::ConfigError;
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use claimonce::config::{self, ConfigError};
 use claimonce::db::Settings;
 use claimonce::log::Log;
-use claimonce::migrate::{self, MigrateError, Migration};
+use claimonce::migrate::{self, Bounds, MigrateError, Migration};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::{Map, Value, json};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
 
 /// The physical id of the migrations resource: one per database, stable across updates.
 pub const PHYSICAL_RESOURCE_ID: &str = "claimonce-database-migrations";
+
+/// How long before the invocation's deadline the database work must end: the answer's PUT
+/// can take [`cfn::PUT_ATTEMPTS`] x [`cfn::PUT_TIMEOUT`] plus its back-off (3 x 10 s + 1.5 s =
+/// 31.5 s), and CloudFormation gets no answer at all from a function Lambda has stopped.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(40);
+
+/// A PostgreSQL role name from `DB_HANDLER_USERS`: 1 to 63 ASCII letters, digits, `_` or
+/// `-`, starting with a letter or `_`. Always written double-quoted into SQL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleName(String);
+
+impl RoleName {
+    /// Checks a role name; the error names it (a role name is not a secret).
+    pub fn parse(name: &str) -> Result<Self, ConfigError> {
+        let mut chars = name.chars();
+        let valid = name.len() <= 63
+            && chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if valid {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(ConfigError(format!(
+                "DB_HANDLER_USERS: {name:?} is not a role name this function accepts (1 to 63 \
+                 ASCII letters, digits, _ or -, starting with a letter or _)"
+            )))
+        }
+    }
+
+    /// The name as an SQL identifier. The characters allowed cannot end the quotes.
+    fn quoted(&self) -> String {
+        format!("\"{}\"", self.0)
+    }
+}
+
+impl fmt::Display for RoleName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a run does besides connecting: its server-side bounds, and the handler login roles
+/// whose defaults it sets afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// `MIGRATE_LOCK_TIMEOUT_MS` (5000) and `MIGRATE_STATEMENT_TIMEOUT_MS` (240000).
+    pub bounds: Bounds,
+    /// `DB_HANDLER_USERS`: comma-separated login roles of the webhook functions (none by
+    /// default).
+    pub handler_users: Vec<RoleName>,
+    /// `DB_HANDLER_STATEMENT_TIMEOUT_MS` (3000): those roles' `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`.
+    pub handler_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            // A delivery holds its locks for at most DB_DELIVERY_TIMEOUT_MS (5 s), so a lock
+            // not granted in 5 s is held by something else (a sweep batch, a stuck session);
+            // waiting longer would only stall the deliveries queued behind the migration.
+            bounds: Bounds {
+                lock: Duration::from_secs(5),
+                // Below the 300 s function timeout less ANSWER_MARGIN (260 s), so that one
+                // long statement is stopped by the server with a precise reason (57014).
+                statement: Duration::from_secs(240),
+            },
+            handler_users: Vec::new(),
+            handler_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Options {
+    /// From the environment (names above); a bad value is a configuration error.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let defaults = Self::default();
+        let ms = |name: &str, default: Duration| -> Result<Duration, ConfigError> {
+            let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
+            match config::number(name, default)? {
+                0 => Err(ConfigError(format!("{name} must be greater than 0"))),
+                n => Ok(Duration::from_millis(n)),
+            }
+        };
+        let handler_users = config::optional("DB_HANDLER_USERS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(RoleName::parse)
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            bounds: Bounds {
+                lock: ms("MIGRATE_LOCK_TIMEOUT_MS", defaults.bounds.lock)?,
+                statement: ms("MIGRATE_STATEMENT_TIMEOUT_MS", defaults.bounds.statement)?,
+            },
+            handler_users,
+            handler_timeout: ms("DB_HANDLER_STATEMENT_TIMEOUT_MS", defaults.handler_timeout)?,
+        })
+    }
+}
 
 /// What was applied, or why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +156,7 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct Migrator {
     settings: Result<Settings, ConfigError>,
+    options: Result<Options, ConfigError>,
     migrations: &'static [Migration],
     log: Log,
     /// The published version this code runs as (`AWS_LAMBDA_FUNCTION_VERSION`), if any.
@@ -75,10 +192,18 @@ impl Migrator {
     ) -> Self {
         Self {
             settings,
+            options: Ok(Options::default()),
             migrations,
             log,
             version: None,
         }
+    }
+
+    /// Replaces the default [`Options`] (or records why they could not be read, which every
+    /// request is then answered with).
+    pub fn with_options(mut self, options: Result<Options, ConfigError>) -> Self {
+        self.options = options;
+        self
     }
 
     /// Declares the published function version this code runs as (Lambda's
@@ -107,7 +232,28 @@ impl Migrator {
         self.migrations.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
-    fn describe(&self, error: &MigrateError) -> String {
+    fn describe(&self, error: &MigrateError, bounds: Bounds) -> String {
+        let text = self.describe_error(error);
+        let code = match error {
+            MigrateError::Database { error, .. } => error.code().map(|c| c.code()),
+            MigrateError::Changed { .. } => None,
+        };
+        match code {
+            Some("55P03") => format!(
+                "{text}: a lock was not granted within MIGRATE_LOCK_TIMEOUT_MS ({} ms); another \
+                 migration run or a long transaction holds it (pg_locks shows which)",
+                bounds.lock.as_millis()
+            ),
+            Some("57014") => format!(
+                "{text}: a statement ran longer than MIGRATE_STATEMENT_TIMEOUT_MS ({} ms) and was \
+                 rolled back",
+                bounds.statement.as_millis()
+            ),
+            _ => text,
+        }
+    }
+
+    fn describe_error(&self, error: &MigrateError) -> String {
         match error {
             MigrateError::Database {
                 version: Some(v),
@@ -129,13 +275,41 @@ impl Migrator {
         }
     }
 
-    /// Connects and applies every migration not yet recorded.
+    /// Connects, applies every migration not yet recorded and sets the handler roles'
+    /// defaults, with no deadline but the server-side bounds.
     pub async fn apply(&self) -> Result<Outcome, String> {
+        self.apply_until(None).await
+    }
+
+    /// As [`Migrator::apply`], giving up at `deadline`: the connection is then dropped, so
+    /// nothing more is sent and the open transaction, never committed, is rolled back by the
+    /// server (its statement ends at the latest at `MIGRATE_STATEMENT_TIMEOUT_MS`). A run
+    /// retried meanwhile waits for that transaction's lock for at most
+    /// `MIGRATE_LOCK_TIMEOUT_MS`, and answers too.
+    pub async fn apply_until(&self, deadline: Option<Instant>) -> Result<Outcome, String> {
         let settings = self.settings.as_ref().map_err(ToString::to_string)?;
-        let mut client = settings.connect().await.map_err(|e| e.to_string())?;
-        let applied = migrate::apply(&mut client, self.migrations)
-            .await
-            .map_err(|e| self.describe(&e))?;
+        let options = self.options.as_ref().map_err(ToString::to_string)?;
+        let work = async {
+            let mut client = settings.connect().await.map_err(|e| e.to_string())?;
+            let applied = migrate::apply_within(&mut client, self.migrations, options.bounds)
+                .await
+                .map_err(|e| self.describe(&e, options.bounds))?;
+            configure_handlers(&client, options).await?;
+            Ok::<_, String>(applied)
+        };
+        let applied = match deadline {
+            None => work.await?,
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "the migrations did not finish in this invocation's time (its timeout \
+                         less {} s for the answer); nothing more was committed, the open \
+                         migration was rolled back, and a new deploy continues from there",
+                        ANSWER_MARGIN.as_secs()
+                    )
+                })??,
+        };
         Ok(Outcome {
             applied,
             latest: self.latest(),
@@ -164,12 +338,22 @@ impl Migrator {
     /// error for a custom resource is a response that could not be delivered, so that Lambda
     /// retries the invocation (applying is idempotent).
     pub async fn handle(&self, event: &Value) -> Result<Value, String> {
+        self.handle_until(event, None).await
+    }
+
+    /// As [`Migrator::handle`], with the database work ending by `deadline` (see
+    /// [`Migrator::apply_until`]).
+    pub async fn handle_until(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<Value, String> {
         let Some(request) = cfn::Request::from_event(event) else {
-            let result = self.apply().await;
+            let result = self.apply_until(deadline).await;
             self.write("Invoke", &result);
             return result.map(|o| json!({"applied": o.applied, "latest": o.latest}));
         };
-        let response = self.respond(&request).await;
+        let response = self.respond_until(&request, deadline).await;
         cfn::put(&request.response_url, &response)
             .await
             .map_err(|e| e.to_string())?;
@@ -178,6 +362,15 @@ impl Migrator {
 
     /// The response to a custom-resource request, after doing what it asks.
     pub async fn respond(&self, request: &cfn::Request) -> cfn::Response {
+        self.respond_until(request, None).await
+    }
+
+    /// As [`Migrator::respond`], with the database work ending by `deadline`.
+    pub async fn respond_until(
+        &self,
+        request: &cfn::Request,
+        deadline: Option<Instant>,
+    ) -> cfn::Response {
         let physical = request
             .physical_resource_id
             .clone()
@@ -201,7 +394,7 @@ impl Migrator {
                     latest: self.latest(),
                 }))
             }
-            "Create" | "Update" => self.apply().await.map(Some),
+            "Create" | "Update" => self.apply_until(deadline).await.map(Some),
             other => Err(format!("unknown RequestType {other:?}")),
         };
         let mut data = Map::new();
@@ -240,6 +433,60 @@ impl Migrator {
     }
 }
 
+/// Sets `statement_timeout` and `idle_in_transaction_session_timeout` as login-role defaults
+/// of every handler user, so each new session of theirs starts with them. Idempotent: the same
+/// value set again changes nothing. A role that does not exist fails the run with its name.
+async fn configure_handlers(client: &Client, options: &Options) -> Result<(), String> {
+    let ms = options.handler_timeout.as_millis();
+    for role in &options.handler_users {
+        let found = client
+            .query_typed(
+                "SELECT 1 FROM pg_roles WHERE rolname = $1",
+                &[(&role.0, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "DB_HANDLER_USERS: looking up role {role}: {}",
+                    database_error(&e)
+                )
+            })?;
+        if found.is_empty() {
+            return Err(format!(
+                "DB_HANDLER_USERS: role {role} does not exist; create it before deploying \
+                 (DEPLOY.md, \"Database users and roles\")"
+            ));
+        }
+        let quoted = role.quoted();
+        client
+            .batch_execute(&format!(
+                "ALTER ROLE {quoted} SET statement_timeout = '{ms}ms'; \
+                 ALTER ROLE {quoted} SET idle_in_transaction_session_timeout = '{ms}ms'"
+            ))
+            .await
+            .map_err(|e| {
+                format!(
+                    "DB_HANDLER_USERS: setting the timeouts of role {role} failed: {} (the \
+                     migrate user needs CREATEROLE, and on PostgreSQL 16 or later ADMIN OPTION \
+                     on the role)",
+                    database_error(&e)
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// The point in time `ANSWER_MARGIN` before an invocation's deadline (milliseconds since the
+/// Unix epoch, as Lambda gives it). With less than twice that left (a function timeout set
+/// far below the template's 300 s, or a local emulator's), half of what is left.
+pub fn work_deadline(deadline_ms: u64) -> Instant {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+    Instant::now() + left.saturating_sub(ANSWER_MARGIN.min(left / 2))
+}
+
 /// The whole of the function's `main`. A configuration error does not stop the process: the
 /// function still answers each request (with the error), because CloudFormation would
 /// otherwise wait for a response until the resource's timeout.
@@ -247,12 +494,15 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     let log = Log::stdout();
     // A configuration error is still answered (FAILED) so a deploy never waits on us.
     let settings = log.config(Settings::from_env().await);
+    let options = log.config(Options::from_env());
     let migrator = Migrator::new(settings, claimonce_migrations::ALL, log)
+        .with_options(options)
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = work_deadline(event.context.deadline);
         migrator
-            .handle(&event.payload)
+            .handle_until(&event.payload, Some(deadline))
             .await
             .map_err(lambda_runtime::Error::from)
     }))
