@@ -287,13 +287,38 @@ impl<P: Provider> Receiver<P> {
 
 /// Runs a receiver as a Lambda function: connect at cold start, then answer every
 /// invocation, one at a time, with the same connection.
+///
+/// The runtime loop ends only when the Runtime API fails. Before any invocation that is an
+/// error (a runtime that cannot reach its API must say so and exit non-zero). After one, it
+/// is the API going away between invocations: Lambda itself never does that (it freezes or
+/// ends the environment), but a local emulator does, `sam local invoke` after every single
+/// invocation. That ends the process quietly, with one info line instead of an `Error:` that
+/// reads as a failed invocation; Lambda would start a new environment either way, whatever
+/// the exit status.
 pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
     receiver.warm_up().await;
-    let receiver = &receiver;
-    lambda_runtime::run(service_fn(
+    let served = std::sync::atomic::AtomicU64::new(0);
+    let (receiver, counter) = (&receiver, &served);
+    let ended = lambda_runtime::run(service_fn(
         move |event: LambdaEvent<Box<RawValue>>| async move {
-            Ok::<_, lambda_runtime::Error>(receiver.handle_event(event.payload.get()).await)
+            let payload = receiver.handle_event(event.payload.get()).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, lambda_runtime::Error>(payload)
         },
     ))
-    .await
+    .await;
+    let served = served.into_inner();
+    match ended {
+        Err(error) if served > 0 => {
+            // The error is the HTTP client's (no request data in it). The receiver's own log
+            // is stdout too, which is where a function's lines go.
+            crate::log::Log::stdout().write(
+                "info",
+                "the Lambda Runtime API went away; exiting",
+                serde_json::json!({"invocations": served, "cause": error.to_string()}),
+            );
+            Ok(())
+        }
+        other => other,
+    }
 }

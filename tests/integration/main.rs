@@ -11,4 +11,5 @@ mod production_auth;
 mod resend;
 mod retention;
 mod round_trips;
+mod sam;
 mod stripe;
