@@ -1,0 +1,38 @@
+# Sourced by scripts/check-template, scripts/sam-build and scripts/sam-local: puts the pinned
+# template tools (scripts/template-tools.txt: SAM CLI, cfn-lint, cargo-lambda with zig) first
+# on PATH, installing them from PyPI into a private virtualenv the first time.
+#
+# The virtualenv is named after the hash of the pin file, so changing a pin installs a fresh
+# one and a stale one is never used. Tools of the same names elsewhere on PATH are not used:
+# their versions are whatever that machine happens to have.
+
+claimonce_tools() {
+    local root pins hash dir
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    pins="$root/scripts/template-tools.txt"
+    hash="$(sha256sum "$pins" | cut -c1-12)"
+    dir="${CLAIMONCE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/claimonce/tools-$hash}"
+    export SAM_CLI_TELEMETRY=0 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+    if [ ! -e "$dir/.installed" ]; then
+        echo "--- installing the pinned template tools into $dir"
+        rm -rf "$dir"
+        mkdir -p "$(dirname "$dir")"
+        if ! python3 -m venv "$dir" 2>/dev/null; then
+            # Debian ships venv (ensurepip) as a separate package.
+            rm -rf "$dir"
+            if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+                python3 -m venv "$dir"
+            else
+                echo "python3 -m venv failed; install python3-venv (Debian/Ubuntu)" >&2
+                return 1
+            fi
+        fi
+        "$dir/bin/pip" install --quiet -r "$pins"
+        touch "$dir/.installed"
+    fi
+    # SAM runs cargo and cargo-lambda from PATH; cargo-lambda finds zig through the
+    # virtualenv's python (the ziglang package).
+    export PATH="$dir/bin:$PATH"
+}
