@@ -104,9 +104,15 @@ impl Kind {
     /// The event of delivery `n` and the status code it must get.
     fn delivery(self, n: u64) -> (String, &'static [u8]) {
         match self {
-            Kind::Rejected => (event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false), b"400"),
+            Kind::Rejected => (
+                event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false),
+                b"400",
+            ),
             Kind::NewCheckout => (
-                event(&checkout(&format!("evt_c_{n}"), &format!("cus_c_{n}")), true),
+                event(
+                    &checkout(&format!("evt_c_{n}"), &format!("cus_c_{n}")),
+                    true,
+                ),
                 b"200",
             ),
             // Every copy of one event that a first delivery (below) already claimed.
@@ -116,16 +122,20 @@ impl Kind {
                 b"200",
             ),
             Kind::Ignored => {
-                let body = serde_json::to_vec(&json!({"id": format!("evt_x_{n}"), "object": "event",
+                let body =
+                    serde_json::to_vec(&json!({"id": format!("evt_x_{n}"), "object": "event",
                     "type": "charge.refunded", "created": 1, "data": {"object": {"id": "ch_1"}}}))
-                .unwrap_or_default();
+                    .unwrap_or_default();
                 (event(&body, true), b"200")
             }
         }
     }
 }
 
-fn status_is(outcome: &Result<Outcome, claimonce_local::runtime_api::InvokeError>, code: &[u8]) -> bool {
+fn status_is(
+    outcome: &Result<Outcome, claimonce_local::runtime_api::InvokeError>,
+    code: &[u8],
+) -> bool {
     let needle = [b"\"statusCode\":".as_slice(), code].concat();
     matches!(outcome, Ok(Outcome::Response(p)) if p.windows(needle.len()).any(|w| w == needle.as_slice()))
 }
@@ -183,7 +193,10 @@ async fn main() -> std::process::ExitCode {
         let _ = api.invoke(e, Duration::from_secs(10)).await;
     }
     let (first_dup, _) = Kind::Duplicate.delivery(0);
-    if !status_is(&api.invoke(first_dup, Duration::from_secs(10)).await, b"200") {
+    if !status_is(
+        &api.invoke(first_dup, Duration::from_secs(10)).await,
+        b"200",
+    ) {
         failures += 1;
     }
 
