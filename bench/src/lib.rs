@@ -119,3 +119,14 @@ pub fn peak_rss_kib(pid: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Ends a command whose arguments were not run: `--help`'s text on stdout with code 0, or a
+/// usage error on stderr with its code.
+pub fn exit_with((message, code): (String, u8)) -> std::process::ExitCode {
+    if code == 0 {
+        println!("{message}");
+    } else {
+        eprintln!("{message}");
+    }
+    std::process::ExitCode::from(code)
+}

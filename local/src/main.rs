@@ -22,7 +22,8 @@ use serde_json::Value;
 const USAGE: &str = "usage:
   claimonce-local [run] [--port 9000] [--instances 2]   run every function locally
   claimonce-local sign <event.json>...                  re-sign sample events in place
-  claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)";
+  claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)
+  claimonce-local --help                                this text";
 
 fn now() -> u64 {
     SystemTime::now()
@@ -30,25 +31,78 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Command {
+    Run { port: u16, instances: usize },
+    Sign { files: Vec<String> },
+    Send { file: String, url: String },
+    Help,
+}
+
+/// Reads the command line (the arguments after the program's name); a usage error names what
+/// was wrong.
+fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
+    use lexopt::prelude::*;
+    let lex = |e: lexopt::Error| e.to_string();
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut subcommand: Option<String> = None;
+    let (mut port, mut instances, mut url) = (9000_u16, 2_usize, None::<String>);
+    let mut files = Vec::new();
+    while let Some(arg) = parser.next().map_err(lex)? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Long("port") => port = parser.value().map_err(lex)?.parse().map_err(lex)?,
+            Long("instances") => instances = parser.value().map_err(lex)?.parse().map_err(lex)?,
+            Long("url") => url = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
+            Value(value) => {
+                let value = value.string().map_err(lex)?;
+                if subcommand.is_none() {
+                    if !matches!(value.as_str(), "run" | "sign" | "send" | "help") {
+                        return Err(format!("unknown command {value:?}"));
+                    }
+                    subcommand = Some(value);
+                } else {
+                    files.push(value);
+                }
+            }
+            other => return Err(lex(other.unexpected())),
+        }
+    }
+    let subcommand = subcommand.unwrap_or_else(|| "run".to_owned());
+    let misplaced = |flag: &str| Err(format!("{flag} does not apply to {subcommand}"));
+    match subcommand.as_str() {
+        "help" => Ok(Command::Help),
+        "run" if !files.is_empty() => Err("run takes no file".into()),
+        "run" if url.is_some() => misplaced("--url"),
+        "run" => Ok(Command::Run { port, instances }),
+        "sign" if files.is_empty() => Err("sign needs at least one event file".into()),
+        "sign" if url.is_some() => misplaced("--url"),
+        "sign" => Ok(Command::Sign { files }),
+        _ => match <[String; 1]>::try_from(files) {
+            Ok([file]) => Ok(Command::Send {
+                file,
+                url: url.unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+            }),
+            Err(_) => Err("send needs exactly one event file".into()),
+        },
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        None | Some("run") | Some("--port") | Some("--instances") => run(&args).await,
-        Some("sign") => sign_files(args.get(1..).unwrap_or_default()),
-        Some("send") => send(&args).await,
-        Some("-h" | "--help" | "help") => {
+    let result = match command(std::env::args().skip(1)) {
+        Ok(Command::Help) => {
             println!("{USAGE}");
-            Ok(())
+            return ExitCode::SUCCESS;
         }
-        Some(other) => Err(format!("unknown command {other}\n{USAGE}")),
+        Err(e) => {
+            eprintln!("claimonce-local: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        Ok(Command::Run { port, instances }) => run(port, instances).await,
+        Ok(Command::Sign { files }) => sign_files(&files),
+        Ok(Command::Send { file, url }) => send(&file, &url).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -65,9 +119,6 @@ fn read_event(path: &str) -> Result<Value, String> {
 }
 
 fn sign_files(files: &[String]) -> Result<(), String> {
-    if files.is_empty() {
-        return Err(format!("sign needs at least one event file\n{USAGE}"));
-    }
     for path in files {
         let mut event = read_event(path)?;
         let function = sign::resign(&mut event, now()).map_err(|e| format!("{path}: {e}"))?;
@@ -82,9 +133,7 @@ fn sign_files(files: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-async fn send(args: &[String]) -> Result<(), String> {
-    let path = args.get(1).ok_or(USAGE)?;
-    let url = flag(args, "--url").unwrap_or("http://127.0.0.1:9000");
+async fn send(path: &str, url: &str) -> Result<(), String> {
     let authority = url
         .strip_prefix("http://")
         .ok_or("--url must be an http:// URL")?
@@ -137,15 +186,7 @@ async fn connect(url: &str) -> Result<claimonce::db::Connection, String> {
         .map_err(|e| e.to_string())
 }
 
-async fn run(args: &[String]) -> Result<(), String> {
-    let port: u16 = flag(args, "--port")
-        .unwrap_or("9000")
-        .parse()
-        .map_err(|_| "--port must be a port number")?;
-    let instances: usize = flag(args, "--instances")
-        .unwrap_or("2")
-        .parse()
-        .map_err(|_| "--instances must be a number")?;
+async fn run(port: u16, instances: usize) -> Result<(), String> {
     let (url, server) = database().await?;
     let mut client = connect(&url).await?;
     let applied = claimonce::migrate::apply(&mut client, migrations::ALL)
@@ -221,4 +262,52 @@ async fn run(args: &[String]) -> Result<(), String> {
     drop(children);
     println!("claimonce-local: stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Command, String> {
+        command(line.split_whitespace().map(str::to_owned))
+    }
+
+    #[test]
+    fn help_and_wrong_flags_answer_at_once() {
+        assert_eq!(parse("--help"), Ok(Command::Help));
+        assert_eq!(parse("send x.json -h"), Ok(Command::Help));
+        assert_eq!(
+            parse(""),
+            Ok(Command::Run {
+                port: 9000,
+                instances: 2
+            })
+        );
+        assert_eq!(
+            parse("--port=9100 --instances 1"),
+            Ok(Command::Run {
+                port: 9100,
+                instances: 1
+            })
+        );
+        assert_eq!(
+            parse("send e.json --url http://127.0.0.1:3000"),
+            Ok(Command::Send {
+                file: "e.json".into(),
+                url: "http://127.0.0.1:3000".into()
+            })
+        );
+        for wrong in [
+            "--bogus",
+            "frobnicate",
+            "send",
+            "send a.json b.json",
+            "sign",
+            "run --url http://x",
+            "--port notaport",
+            "run extra.json",
+        ] {
+            assert!(parse(wrong).is_err(), "{wrong}");
+        }
+    }
 }

@@ -35,13 +35,27 @@ fn event(body: &[u8]) -> String {
     .to_string()
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let argv: Vec<String> = std::env::args().collect();
-    argv.iter()
-        .position(|a| a == name)
-        .and_then(|i| argv.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+const USAGE: &str = "usage: coldstart [--runs 11] [--deliveries 500]
+  --runs N          cold starts to measure (the median is reported)
+  --deliveries N    deliveries after the first cold start, for the peak RSS";
+
+/// (runs, deliveries), or the message to print and the exit code.
+fn args() -> Result<(u64, u64), (String, u8)> {
+    use lexopt::prelude::*;
+    let (mut runs, mut deliveries) = (11, 500);
+    let mut parser = lexopt::Parser::from_env();
+    let bad = |e: lexopt::Error| (format!("coldstart: {e}\n{USAGE}"), 2);
+    while let Some(arg) = parser.next().map_err(bad)? {
+        match arg {
+            Long("runs") => runs = parser.value().map_err(bad)?.parse().map_err(bad)?,
+            Long("deliveries") => {
+                deliveries = parser.value().map_err(bad)?.parse().map_err(bad)?;
+            }
+            Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
+            other => return Err(bad(other.unexpected())),
+        }
+    }
+    Ok((runs, deliveries))
 }
 
 fn ok(outcome: Result<Outcome, claimonce_local::runtime_api::InvokeError>) -> bool {
@@ -50,8 +64,10 @@ fn ok(outcome: Result<Outcome, claimonce_local::runtime_api::InvokeError>) -> bo
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let runs = arg("--runs", 11);
-    let deliveries = arg("--deliveries", 500);
+    let (runs, deliveries) = match args() {
+        Ok(a) => a,
+        Err(stop) => return claimonce_bench::exit_with(stop),
+    };
     let root = claimonce_local::functions::workspace_root();
     let release = root.join("target/release");
     let binary = release.join("stripe-webhook");

@@ -72,13 +72,28 @@ fn usage(pid: u32) -> (u64, u64) {
     total
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let argv: Vec<String> = std::env::args().collect();
-    argv.iter()
-        .position(|a| a == name)
-        .and_then(|i| argv.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+const USAGE: &str = "usage: lambda-loop [--deliveries 2000] [--binary PATH]
+  --deliveries N    deliveries of each kind
+  --binary PATH     the function to measure (default target/release/stripe-webhook), e.g. a
+                    build with symbols for a profiler";
+
+/// (deliveries, binary), or the message to print and the exit code.
+fn args() -> Result<(u64, Option<std::path::PathBuf>), (String, u8)> {
+    use lexopt::prelude::*;
+    let (mut deliveries, mut binary) = (2000, None);
+    let mut parser = lexopt::Parser::from_env();
+    let bad = |e: lexopt::Error| (format!("lambda-loop: {e}\n{USAGE}"), 2);
+    while let Some(arg) = parser.next().map_err(bad)? {
+        match arg {
+            Long("deliveries") => {
+                deliveries = parser.value().map_err(bad)?.parse().map_err(bad)?;
+            }
+            Long("binary") => binary = Some(parser.value().map_err(bad)?.into()),
+            Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
+            other => return Err(bad(other.unexpected())),
+        }
+    }
+    Ok((deliveries, binary))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -142,13 +157,12 @@ fn status_is(
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let deliveries = arg("--deliveries", 2000);
+    let (deliveries, binary) = match args() {
+        Ok(a) => a,
+        Err(stop) => return claimonce_bench::exit_with(stop),
+    };
     let root = claimonce_local::functions::workspace_root();
-    // `--binary PATH`: another build of the function, e.g. one with symbols for a profiler.
-    let binary = std::env::args()
-        .skip_while(|a| a != "--binary")
-        .nth(1)
-        .map_or_else(|| root.join("target/release/stripe-webhook"), Into::into);
+    let binary = binary.unwrap_or_else(|| root.join("target/release/stripe-webhook"));
     if !binary.exists() {
         eprintln!("lambda-loop: build it first: cargo build --release -p stripe-webhook");
         return std::process::ExitCode::FAILURE;

@@ -75,37 +75,49 @@ struct Args {
     modes: Vec<Mode>,
 }
 
-fn args() -> Result<Args, String> {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| {
-        argv.iter()
-            .position(|a| a == name)
-            .and_then(|i| argv.get(i + 1))
-            .cloned()
-    };
-    let quick = argv.iter().any(|a| a == "--quick");
-    let seconds = value("--seconds").map_or(Ok(if quick { 1 } else { 10 }), |s| {
-        s.parse().map_err(|_| "--seconds")
-    })?;
-    let repeat = value("--repeat").map_or(Ok(1), |s| s.parse().map_err(|_| "--repeat"))?;
-    let clients = value("--clients")
-        .unwrap_or_else(|| {
-            if quick {
-                "1,8".into()
-            } else {
-                "1,8,32,64".into()
-            }
+const USAGE: &str = "usage: load [--seconds 10] [--clients 1,8,32,64]
+            [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--quick]
+  --seconds N       length of every run (handler and pgbench alike)
+  --clients LIST    client counts, comma-separated
+  --modes LIST      unique, dup, dup-apart, credit, naive, comma-separated
+  --repeat N        every row this many times, to show the machine's drift
+  --quick           1 s runs at 1 and 8 clients (CI's smoke run)
+The full default run takes about 14 minutes.";
+
+/// The arguments (after the program's name), or the message to print and the exit code (0 for
+/// --help).
+fn args(argv: impl IntoIterator<Item = String>) -> Result<Args, (String, u8)> {
+    use lexopt::prelude::*;
+    let bad = |e: String| (format!("load: {e}\n{USAGE}"), 2);
+    let lex = |e: lexopt::Error| bad(e.to_string());
+    let (mut seconds, mut repeat, mut clients, mut modes, mut quick) = (None, 1, None, None, false);
+    let mut parser = lexopt::Parser::from_args(argv);
+    while let Some(arg) = parser.next().map_err(lex)? {
+        match arg {
+            Long("seconds") => seconds = Some(parser.value().map_err(lex)?.parse().map_err(lex)?),
+            Long("repeat") => repeat = parser.value().map_err(lex)?.parse().map_err(lex)?,
+            Long("clients") => clients = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
+            Long("modes") => modes = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
+            Long("quick") => quick = true,
+            Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
+            other => return Err(lex(other.unexpected())),
+        }
+    }
+    let clients = clients
+        .unwrap_or_else(|| if quick { "1,8" } else { "1,8,32,64" }.to_owned())
+        .split(',')
+        .map(|c| {
+            c.parse()
+                .map_err(|_| bad(format!("--clients: {c:?} is not a number")))
         })
-        .split(',')
-        .map(|c| c.parse().map_err(|_| "--clients"))
         .collect::<Result<Vec<usize>, _>>()?;
-    let modes = value("--modes")
-        .unwrap_or_else(|| "unique,dup,dup-apart,credit,naive".into())
+    let modes = modes
+        .unwrap_or_else(|| "unique,dup,dup-apart,credit,naive".to_owned())
         .split(',')
-        .map(|m| Mode::parse(m).ok_or("--modes: unique,dup,dup-apart,credit,naive"))
+        .map(|m| Mode::parse(m).ok_or_else(|| bad(format!("--modes: unknown mode {m:?}"))))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Args {
-        seconds,
+        seconds: seconds.unwrap_or(if quick { 1 } else { 10 }),
         repeat,
         clients,
         modes,
@@ -573,12 +585,9 @@ fn postmaster_pid(pg: &Postgres) -> u32 {
 // on it, and PostgreSQL keeps the machine's other core.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let args = match args() {
+    let args = match args(std::env::args().skip(1)) {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("load: bad argument {e}");
-            return std::process::ExitCode::FAILURE;
-        }
+        Err(stop) => return claimonce_bench::exit_with(stop),
     };
     let dir = claimonce_local::functions::workspace_root().join("target/claimonce-bench");
     let _ = std::fs::remove_dir_all(&dir);
@@ -770,4 +779,33 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, (String, u8)> {
+        args(line.split_whitespace().map(str::to_owned))
+    }
+
+    #[test]
+    fn help_and_wrong_flags_answer_instead_of_starting_the_benchmark() {
+        assert!(matches!(parse("--help"), Err((text, 0)) if text.starts_with("usage: load")));
+        assert!(matches!(parse("--seconds 5 -h"), Err((_, 0))));
+        for wrong in [
+            "--bogus",
+            "--seconds",
+            "--seconds x",
+            "--modes fast",
+            "--clients 1,x",
+            "extra",
+        ] {
+            assert!(matches!(parse(wrong), Err((_, 2))), "{wrong}");
+        }
+        let quick = parse("--quick --clients 2")
+            .map_err(|e| e.0)
+            .expect("valid");
+        assert_eq!((quick.seconds, quick.clients), (1, vec![2]));
+    }
 }
