@@ -66,17 +66,40 @@ pub fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-/// Builds every binary of the workspace (debug profile) and returns the directory they are
-/// in. Cargo is whichever cargo is running us (`CARGO`), else the one on `PATH`.
-pub fn build() -> io::Result<PathBuf> {
+/// What [`build`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binaries {
+    /// The provider functions only (their packages, with their own features): what the local
+    /// run starts. Building nothing else leaves the `claimonce-local` binary that `cargo run
+    /// -p claimonce-local` built untouched, so the next `cargo run -p claimonce-local -- send`
+    /// does not build it again with the workspace's features.
+    Providers,
+    /// Every binary of the workspace, with the workspace's features, as `cargo test
+    /// --workspace` builds them: what the tests start.
+    Workspace,
+}
+
+/// Builds `which` binaries (debug profile) and returns the directory they are in. Cargo is
+/// whichever cargo is running us (`CARGO`), else the one on `PATH`.
+pub fn build(which: Binaries) -> io::Result<PathBuf> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    command
         .current_dir(&root)
-        .args(["build", "--quiet", "--workspace", "--bins"])
-        .status()?;
-    if !status.success() {
-        return Err(io::Error::other("cargo build --workspace --bins failed"));
+        .args(["build", "--quiet", "--bins"]);
+    match which {
+        Binaries::Providers => {
+            for function in ALL {
+                command.args(["-p", function.binary]);
+            }
+        }
+        Binaries::Workspace => {
+            command.arg("--workspace");
+        }
+    }
+    if !command.status()?.success() {
+        return Err(io::Error::other(format!("cargo build ({which:?}) failed")));
     }
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);

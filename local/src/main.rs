@@ -194,7 +194,7 @@ async fn run(port: u16, instances: usize) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     drop(client);
     eprintln!("claimonce-local: building the function binaries...");
-    let bin_dir = tokio::task::spawn_blocking(functions::build)
+    let bin_dir = tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Providers))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

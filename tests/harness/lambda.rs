@@ -17,7 +17,7 @@ static BINARIES: OnceCell<PathBuf> = OnceCell::const_new();
 pub async fn binaries() -> &'static Path {
     BINARIES
         .get_or_init(|| async {
-            tokio::task::spawn_blocking(functions::build)
+            tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Workspace))
                 .await
                 .expect("build task")
                 .expect("cargo build --workspace --bins")
