@@ -24,6 +24,7 @@ pub const ALL: &[Migration] = &[
     migration!(4, "roles"),
     migration!(5, "outbox"),
     migration!(6, "delivery_functions"),
+    migration!(7, "welcome_ties_and_grants"),
 ];
 
 /// The newest version in [`ALL`]: what a fully migrated database records last.

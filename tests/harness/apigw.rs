@@ -126,3 +126,18 @@ pub fn content_type(response: &Response<Body>) -> &str {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
 }
+
+/// Asserts that `response` is the generic 500 problem and that its body carries none of
+/// `internals`: the values of what failed (the SQLSTATE code, the constraint, the table, the
+/// event's data), not just words that describe them.
+pub fn assert_generic_500(response: &Response<Body>, internals: &[&str]) {
+    assert_eq!(response.status().as_u16(), 500);
+    assert_eq!(content_type(response), "application/problem+json");
+    let text = String::from_utf8_lossy(response.body());
+    for leak in ["sqlstate", "SELECT", "INSERT", "ERROR"]
+        .iter()
+        .chain(internals)
+    {
+        assert!(!text.contains(leak), "500 body leaks {leak}: {text}");
+    }
+}

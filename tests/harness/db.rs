@@ -200,14 +200,7 @@ impl TestDb {
     /// A receiver for `provider` with its own connection, like one Lambda execution
     /// environment, logging into memory.
     pub fn receiver<P: Provider>(&self, provider: P) -> (Receiver<P>, Captured) {
-        let (log, lines) = Log::capture();
-        let receiver = Receiver::new(
-            provider,
-            Database::new(self.settings()),
-            Limits::default(),
-            log,
-        );
-        (receiver, lines)
+        receiver_at(&self.function_url, provider)
     }
 
     /// The first column of the first row of `sql`, as i64.
@@ -219,6 +212,15 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
             .get(0)
     }
+}
+
+/// A receiver for `provider` connecting to `url` (a login of one role, say), with test
+/// timeouts, logging into memory.
+pub fn receiver_at<P: Provider>(url: &str, provider: P) -> (Receiver<P>, Captured) {
+    let settings = Settings::from_url(url, None, test_timeouts()).expect("valid test URL");
+    let (log, lines) = Log::capture();
+    let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
+    (receiver, lines)
 }
 
 /// Runs `deliver` once per environment, all released together, as simultaneous deliveries to

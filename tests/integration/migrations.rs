@@ -4,6 +4,13 @@ use std::process::Command;
 
 use claimonce::migrate::{self, Migration};
 use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{json_body, post};
+use claimonce_tests::db::receiver_at;
+use claimonce_tests::roles::login_with;
+use claimonce_tests::sign::{
+    RESEND_SECRET, STRIPE_SECRET, checkout_completed, invoice_paid, now, resend_email,
+    stripe_event, stripe_header, subscription, svix_headers,
+};
 
 #[tokio::test]
 async fn the_runner_applies_nothing_twice_and_refuses_an_edited_migration() {
@@ -95,4 +102,138 @@ async fn the_sql_files_apply_in_order_with_psql() {
         )
         .await;
     assert_eq!(tables, 5);
+}
+
+/// The SQLSTATE of `sql` run on `client`, or "ok".
+async fn outcome(client: &tokio_postgres::Client, sql: &str) -> String {
+    match client.batch_execute(sql).await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e
+            .code()
+            .map_or_else(|| e.to_string(), |c| c.code().to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_handler_login_writes_only_the_columns_the_effects_write_and_plants_nothing() {
+    let db = TestDb::new().await;
+    // A database as PostgreSQL 14 and older create it, where every role may create objects
+    // in `public`; the migrations must take that away.
+    let fresh = format!("{}_pg14", db.name);
+    db.client()
+        .await
+        .batch_execute(&format!("CREATE DATABASE {fresh} TEMPLATE template0"))
+        .await
+        .expect("create");
+    let url = claimonce_tests::db::with_database(&db.url, &fresh);
+    let old = TestDb {
+        name: fresh,
+        function_url: url.clone(),
+        url,
+    };
+    let mut admin = old.client().await;
+    admin
+        .batch_execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+        .await
+        .expect("as PostgreSQL 14 ships it");
+    migrate::apply(&mut admin, claimonce_local::migrations::ALL)
+        .await
+        .expect("migrate");
+    let handler_url = login_with(&old, "claimonce_handler").await;
+    let (handler, connection) = tokio_postgres::connect(&handler_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect as the handler");
+    tokio::spawn(connection);
+
+    let denied = "42501";
+    for (sql, expected) in [
+        // A claim dated in the past would be swept while its sender may still retry.
+        (
+            "INSERT INTO processed_events (provider, event_id, event_type, received_at) \
+             VALUES ('stripe', 'evt_old', 't', now() - interval '1000 days')",
+            denied,
+        ),
+        // A message marked sent would never be relayed.
+        (
+            "INSERT INTO outbox (topic, payload, dispatched_at) VALUES ('t', '{}', now())",
+            denied,
+        ),
+        (
+            "INSERT INTO outbox (topic, payload, attempts) VALUES ('t', '{}', 99)",
+            denied,
+        ),
+        // A function planted in `public` could shadow one the sweep or a migration calls.
+        (
+            "CREATE FUNCTION public.planted() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            denied,
+        ),
+        ("CREATE TABLE public.planted (id int)", denied),
+        // What the claim and the effects write is still allowed.
+        (
+            "INSERT INTO processed_events (provider, event_id, event_type, payload_sha256) \
+             VALUES ('stripe', 'evt_ok', 't', '\\x00')",
+            "ok",
+        ),
+        (
+            "INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
+             VALUES ('t', '{}', 'stripe', 'evt_ok', 'k')",
+            "ok",
+        ),
+    ] {
+        assert_eq!(outcome(&handler, sql).await, expected, "{sql}");
+    }
+
+    // Every effect runs with the caller's rights (SECURITY INVOKER): all of them still work
+    // for a handler login holding only the column grants.
+    let (stripe, _) = receiver_at(
+        &handler_url,
+        stripe_webhook::Stripe::new(&[STRIPE_SECRET], 300).expect("secret"),
+    );
+    let bodies = [
+        checkout_completed("evt_h1", "cus_h", "h@example.com"),
+        invoice_paid("evt_h2", "cus_h", 5),
+        subscription("evt_h3", "created", "sub_h", "incomplete", 10),
+        subscription("evt_h4", "updated", "sub_h", "active", 10),
+        stripe_event("evt_h5", "charge.refunded", 1, serde_json::json!({})),
+    ];
+    for body in &bodies {
+        let sig = stripe_header(STRIPE_SECRET, now(), body);
+        let response = stripe
+            .handle(post(
+                "/webhooks/stripe",
+                &[("stripe-signature", &sig)],
+                body,
+            ))
+            .await;
+        assert_eq!(response.status().as_u16(), 200, "{}", json_body(&response));
+    }
+    let (resend, _) = receiver_at(
+        &handler_url,
+        resend_webhook::Resend::new(&[RESEND_SECRET], 300).expect("secret"),
+    );
+    let body = resend_email("bounced", "em_h", &["h@example.com"]);
+    let headers = svix_headers("svix", RESEND_SECRET, "msg_h", now(), &body);
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let response = resend
+        .handle(post("/webhooks/resend", &headers, &body))
+        .await;
+    assert_eq!(response.status().as_u16(), 200, "{}", json_body(&response));
+    for (sql, expected) in [
+        ("SELECT count(*) FROM processed_events", 7),
+        (
+            "SELECT count(*) FROM outbox WHERE topic = 'email.welcome'",
+            1,
+        ),
+        ("SELECT credit_balance_cents FROM customers", 5),
+        (
+            "SELECT count(*) FROM subscriptions WHERE status = 'active'",
+            1,
+        ),
+        ("SELECT count(*) FROM email_suppressions", 1),
+    ] {
+        assert_eq!(old.count(sql).await, expected, "{sql}");
+    }
 }

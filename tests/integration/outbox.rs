@@ -7,14 +7,13 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use claimonce::db::{Database, Settings};
-use claimonce::log::Log;
+use claimonce::Receiver;
+use claimonce::db::Settings;
 use claimonce::scheduled::Budget;
-use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{json_body, post};
-use claimonce_tests::db::test_timeouts;
+use claimonce_tests::apigw::{assert_generic_500, json_body, post};
+use claimonce_tests::db::{receiver_at, test_timeouts};
 use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::Recorder;
 use claimonce_tests::roles::login_with;
@@ -66,14 +65,31 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
         )
         .await
         .expect("failing trigger");
-    let provider = Stripe::new(&[STRIPE_SECRET], 300).expect("secret");
-    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
-    let (log, _) = Log::capture();
-    let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
+    let (receiver, _) = receiver_at(&url, Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
     let body = checkout_completed("evt_welcome", "cus_welcome", "jenny@example.com");
 
     // The effect fails after queuing the outbox row: everything rolls back, claim included.
-    assert_eq!(deliver(&receiver, &body).await, (500, String::new()));
+    let failed = receiver
+        .handle(post(
+            "/webhooks/stripe",
+            &[(
+                "stripe-signature",
+                &stripe_header(STRIPE_SECRET, now(), &body),
+            )],
+            &body,
+        ))
+        .await;
+    // P0001 is raise_exception's SQLSTATE; the message and the trigger are ours.
+    assert_generic_500(
+        &failed,
+        &[
+            "P0001",
+            "injected",
+            "fail_after_outbox",
+            "outbox",
+            "jenny@example.com",
+        ],
+    );
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
@@ -123,6 +139,56 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
     assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 3);
+}
+
+#[tokio::test]
+async fn a_returning_customer_is_not_welcomed_again_after_the_sweep_removed_the_message() {
+    let db = TestDb::new().await;
+    // As in production: the handler's column grants must be enough for the effect.
+    let url = login_with(&db, "claimonce_handler").await;
+    let (receiver, _) = receiver_at(&url, Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
+    let first = checkout_completed("evt_back_1", "cus_back", "back@example.com");
+    assert_eq!(deliver(&receiver, &first).await, (200, "processed".into()));
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);
+    // The relay sent the welcome long ago, and the retention sweep removed the sent row, as
+    // it removes every row dispatched before the window.
+    db.client()
+        .await
+        .batch_execute(
+            "UPDATE outbox SET dispatched_at = now() - interval '400 days'; \
+             DELETE FROM outbox WHERE dispatched_at < now() - interval '90 days';",
+        )
+        .await
+        .expect("sent and swept");
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
+    // The customer comes back with a new checkout (a new event id): provisioned again, and
+    // "once per customer" means once for good.
+    let again = checkout_completed("evt_back_2", "cus_back", "back@example.com");
+    assert_eq!(deliver(&receiver, &again).await, (200, "processed".into()));
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE topic = 'email.welcome'")
+            .await,
+        0,
+        "a returning customer is not welcomed twice"
+    );
+    // A customer first known from an invoice (Stripe does not order its events) is still
+    // welcomed at its checkout: the guard is "welcomed", not "new".
+    let invoice = claimonce_tests::sign::invoice_paid("evt_inv_first", "cus_inv_first", 5);
+    assert_eq!(
+        deliver(&receiver, &invoice).await,
+        (200, "processed".into())
+    );
+    let checkout = checkout_completed("evt_inv_then", "cus_inv_first", "first@example.com");
+    assert_eq!(
+        deliver(&receiver, &checkout).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE dedup_key = 'cus_inv_first'")
+            .await,
+        1
+    );
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 2);
 }
 
 fn stripe_webhook_checkout_without_email(id: &str, customer: &str) -> Vec<u8> {

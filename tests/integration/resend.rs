@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{content_type, json_body, post};
+use claimonce_tests::apigw::{assert_generic_500, content_type, json_body, post};
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
     RESEND_SECRET, STRIPE_SECRET, invoice_paid, now, resend_email, stripe_header, svix_headers,
@@ -271,9 +271,15 @@ async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
     let (receiver, _) = db.receiver(resend());
     let body = resend_email("complained", "em_f", &["ok@example.com", "x@example.com"]);
     let headers = svix_headers("svix", RESEND_SECRET, "msg_f", now(), &body);
-    assert_eq!(
-        send_as(&receiver, &headers, &body).await.status().as_u16(),
-        500
+    assert_generic_500(
+        &send_as(&receiver, &headers, &body).await,
+        &[
+            "23514",
+            "no_x",
+            "email_suppressions",
+            "x@example.com",
+            "msg_f",
+        ],
     );
     // The first statement (email_events) succeeded before the second failed: all rolled back.
     assert_eq!(db.count("SELECT count(*) FROM email_events").await, 0);
@@ -288,6 +294,49 @@ async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
     );
     assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 2);
     assert_eq!(db.count("SELECT count(*) FROM email_events").await, 1);
+}
+
+#[tokio::test]
+async fn values_postgresql_refuses_are_400_and_write_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let with = |field: &str, value: serde_json::Value| {
+        let mut body: serde_json::Value =
+            serde_json::from_slice(&resend_email("bounced", "em_v", &["v@example.com"]))
+                .expect("JSON");
+        match field {
+            "type" | "created_at" => body[field] = value,
+            _ => body["data"][field] = value,
+        }
+        serde_json::to_vec(&body).expect("serialisable")
+    };
+    // PostgreSQL refuses a zone offset past 15:59 ("time zone displacement out of range")
+    // and U+0000 in text: stored, each would fail every retry with a 500.
+    let bodies = [
+        with("created_at", json!("2026-11-29T10:00:01+16:00")),
+        with("created_at", json!("2026-11-29T10:00:01.5-23:59")),
+        with("type", json!("email.bounced\u{0}")),
+        with("email_id", json!("em_\u{0}")),
+        with("to", json!(["v\u{0}@example.com"])),
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let response = send(&receiver, &format!("msg_refused_{i}"), body).await;
+        assert_eq!(outcome(&response), (400, "invalid-payload".into()), "{i}");
+        assert_eq!(content_type(&response), "application/problem+json");
+    }
+    for table in ["processed_events", "email_events", "email_suppressions"] {
+        assert_eq!(
+            db.count(&format!("SELECT count(*) FROM {table}")).await,
+            0,
+            "{table}"
+        );
+    }
+    // The largest offset PostgreSQL accepts is still stored.
+    let body = with("created_at", json!("2026-11-29T10:00:01+15:59"));
+    assert_eq!(
+        outcome(&send(&receiver, "msg_east", &body).await),
+        (200, "processed".into())
+    );
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{content_type, json_body, post, request, v1_event, v2_event};
+use claimonce_tests::apigw::{
+    assert_generic_500, content_type, json_body, post, request, v1_event, v2_event,
+};
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
     STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header, subscription,
@@ -154,18 +156,19 @@ async fn a_failing_effect_rolls_back_its_claim_and_the_retry_heals() {
     let body = checkout_completed("evt_fail", "cus_fail", "poison@example.com");
 
     let failed = send(&receiver, &body).await;
-    assert_eq!(failed.status().as_u16(), 500);
-    assert_eq!(content_type(&failed), "application/problem+json");
-    let text = String::from_utf8(failed.body().to_vec()).expect("utf8");
-    for leak in [
-        "no_poison",
-        "customers",
-        "INSERT",
-        "poison@example.com",
-        "sqlstate",
-    ] {
-        assert!(!text.contains(leak), "500 body leaks {leak}: {text}");
-    }
+    // The values themselves, not only words: the SQLSTATE code, the constraint, the table and
+    // column, and the event's data.
+    assert_generic_500(
+        &failed,
+        &[
+            "23514",
+            "no_poison",
+            "customers",
+            "email",
+            "poison@example.com",
+            "cus_fail",
+        ],
+    );
     assert_eq!(
         ledger_rows(&db).await,
         0,
@@ -375,6 +378,82 @@ async fn subscriptions_keep_the_newest_event() {
     send(&receiver, &deleted).await;
     assert_eq!(status().await, ("canceled".into(), 3000));
     assert_eq!(ledger_rows(&db).await, 5);
+}
+
+#[tokio::test]
+async fn a_same_second_tie_ranks_created_before_updated_before_deleted() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let status = |sub: &'static str| {
+        let db = &db;
+        async move {
+            db.client()
+                .await
+                .query_one(
+                    "SELECT status FROM subscriptions WHERE stripe_subscription_id = $1",
+                    &[&sub],
+                )
+                .await
+                .map(|r| r.get::<_, String>(0))
+                .expect("subscription row")
+        }
+    };
+    // Stripe's `created` has one-second resolution: a checkout's subscription is created
+    // (incomplete) and updated (active) within the same second. Either delivery order ends
+    // active.
+    let created = subscription("evt_t1", "created", "sub_in_order", "incomplete", 5000);
+    let updated = subscription("evt_t2", "updated", "sub_in_order", "active", 5000);
+    for body in [&created, &updated] {
+        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+    }
+    assert_eq!(status("sub_in_order").await, "active");
+    let updated = subscription("evt_t3", "updated", "sub_reversed", "active", 5000);
+    let created = subscription("evt_t4", "created", "sub_reversed", "incomplete", 5000);
+    for body in [&updated, &created] {
+        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+    }
+    assert_eq!(status("sub_reversed").await, "active");
+    // A deletion outranks an update of the same second, in either order.
+    let deleted = subscription("evt_t5", "deleted", "sub_reversed", "canceled", 6000);
+    let updated = subscription("evt_t6", "updated", "sub_reversed", "active", 6000);
+    for body in [&deleted, &updated] {
+        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+    }
+    assert_eq!(status("sub_reversed").await, "canceled");
+}
+
+#[tokio::test]
+async fn a_nul_in_any_stored_string_is_refused_before_the_database() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    // PostgreSQL's text cannot hold U+0000: stored, each of these would fail every retry with
+    // a 500. Each is a signed body that can never succeed, so a 400 that writes nothing.
+    let bodies = [
+        invoice_paid("evt_nul\u{0}", "cus_nul", 1),
+        stripe_event("evt_nul_type", "charge.\u{0}", 1, json!({})),
+        invoice_paid("evt_nul_cus", "cus_\u{0}", 1),
+        checkout_completed("evt_nul_email", "cus_nul", "a\u{0}@example.com"),
+        subscription("evt_nul_sub", "updated", "sub_\u{0}", "active", 1),
+        subscription("evt_nul_status", "updated", "sub_nul", "act\u{0}ive", 1),
+    ];
+    for body in &bodies {
+        let sig = stripe_header(STRIPE_SECRET, now(), body);
+        assert_rejected(
+            &receiver,
+            &db,
+            &[("stripe-signature", &sig)],
+            body,
+            "invalid-payload",
+        )
+        .await;
+    }
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM subscriptions").await, 0);
+    let logged = logs.lock().expect("logs").join("\n");
+    assert_eq!(
+        logged.matches("\"disposition\":\"rejected\"").count(),
+        bodies.len()
+    );
 }
 
 #[tokio::test]

@@ -42,7 +42,7 @@ pub struct EmailEvent {
     pub email_id: Option<String>,
     /// `data.to`, trimmed and lower-cased.
     pub recipients: Vec<String>,
-    /// The body's `created_at`, when it is a valid RFC 3339 timestamp.
+    /// The body's `created_at` (an RFC 3339 timestamp PostgreSQL accepts), when present.
     pub occurred_at: Option<String>,
     /// `Some("bounced" | "complained")` when the recipients must be suppressed.
     pub suppress: Option<&'static str>,
@@ -105,8 +105,10 @@ fn invalid(detail: &'static str) -> Rejection {
     Rejection::new(Problem::InvalidPayload, detail)
 }
 
-/// True for `YYYY-MM-DDTHH:MM:SS…` with a real calendar date and time, so PostgreSQL's cast
-/// to `timestamptz` cannot fail on it (a failing cast would fail every retry).
+/// True for `YYYY-MM-DDTHH:MM:SS…` with a real calendar date and time and a zone offset of at
+/// most 15:59 (PostgreSQL refuses a larger one: "time zone displacement out of range"), so
+/// PostgreSQL's cast to `timestamptz` cannot fail on it (a failing cast would fail every
+/// retry).
 pub fn is_rfc3339(s: &str) -> bool {
     let b = s.as_bytes();
     let num = |from: usize, to: usize| -> Option<u32> {
@@ -148,7 +150,7 @@ pub fn is_rfc3339(s: &str) -> bool {
                 && rest
                     .get(1..3)
                     .and_then(|h| h.parse::<u32>().ok())
-                    .is_some_and(|h| h < 24)
+                    .is_some_and(|h| h < 16)
                 && rest.get(3..4) == Some(":")
                 && rest
                     .get(4..6)
@@ -180,10 +182,19 @@ pub fn parse_event(verified: &Verified, body: &[u8]) -> Result<Parsed<ResendEven
     let event = if envelope.event_type.starts_with("email.") {
         let data: EmailData = serde_json::from_str(envelope.data.get())
             .map_err(|_| invalid("data is not an email event"))?;
+        // Stored, a timestamp PostgreSQL refuses would fail every retry with a 500: a body
+        // carrying one can never succeed.
+        if envelope
+            .created_at
+            .as_deref()
+            .is_some_and(|t| !is_rfc3339(t))
+        {
+            return Err(invalid("created_at is not an RFC 3339 timestamp"));
+        }
         ResendEvent::Email(EmailEvent {
             email_id: data.email_id,
             recipients: data.to.normalised(),
-            occurred_at: envelope.created_at.filter(|t| is_rfc3339(t)),
+            occurred_at: envelope.created_at,
             suppress: match envelope.event_type.as_str() {
                 "email.bounced" => Some("bounced"),
                 "email.complained" => Some("complained"),
@@ -193,6 +204,21 @@ pub fn parse_event(verified: &Verified, body: &[u8]) -> Result<Parsed<ResendEven
     } else {
         ResendEvent::Other
     };
+    // PostgreSQL's `text` cannot hold U+0000 (JSON's `\u0000`): the same, for every string
+    // that is stored.
+    let stored = match &event {
+        ResendEvent::Email(email) => email.email_id.iter().chain(&email.recipients).collect(),
+        ResendEvent::Other => Vec::new(),
+    };
+    if stored
+        .into_iter()
+        .chain([&event_id, &envelope.event_type])
+        .any(|s| s.contains('\0'))
+    {
+        return Err(invalid(
+            "the event carries a NUL character, which cannot be stored",
+        ));
+    }
     Ok(Parsed {
         event_id,
         event_type: envelope.event_type,
@@ -302,6 +328,7 @@ mod tests {
             "2024-11-22T23:41:12.126Z",
             "2024-02-29T00:00:00+00:00",
             "2024-11-22 23:41:11.894719+00:00",
+            "2024-11-22T23:41:11-15:59",
         ] {
             assert!(is_rfc3339(ok), "{ok}");
         }
@@ -312,6 +339,8 @@ mod tests {
             "2024-11-22",
             "yesterday",
             "2024-11-22T23:41:12+0100",
+            "2024-11-22T23:41:12+16:00",
+            "2024-11-22T23:41:12.5-23:59",
             "",
         ] {
             assert!(!is_rfc3339(bad), "{bad}");

@@ -65,11 +65,24 @@ pub enum StripeEvent {
         status: String,
         /// The event's `created` (unix seconds): newer wins.
         created: i64,
-        /// True for `customer.subscription.deleted`, which also wins a tie.
-        deleted: bool,
+        /// The event's kind, which breaks a same-second tie.
+        kind: SubscriptionKind,
     },
     /// Any other type, or a known type without what its effect needs.
     Other,
+}
+
+/// The kind of a `customer.subscription.*` event, in the order of a subscription's life:
+/// on a same-second tie the later kind wins (created < updated < deleted). Two updates in
+/// one second stay unordered; the stored one is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SubscriptionKind {
+    /// `customer.subscription.created`.
+    Created = 0,
+    /// `customer.subscription.updated`.
+    Updated = 1,
+    /// `customer.subscription.deleted`: a subscription does not come back from canceled.
+    Deleted = 2,
 }
 
 #[derive(Deserialize)]
@@ -177,11 +190,16 @@ pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
                 customer: s.customer.map(Expandable::into_id),
                 status: s.status,
                 created: envelope.created,
-                deleted: t == "customer.subscription.deleted",
+                kind: match t {
+                    "customer.subscription.created" => SubscriptionKind::Created,
+                    "customer.subscription.deleted" => SubscriptionKind::Deleted,
+                    _ => SubscriptionKind::Updated,
+                },
             }
         }
         _ => StripeEvent::Other,
     };
+    refuse_nul(&envelope.id, &envelope.event_type, &event)?;
     Ok(Parsed {
         event_id: envelope.id,
         event_type: envelope.event_type,
@@ -189,12 +207,40 @@ pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
     })
 }
 
-/// The event's effect: a call of one of the effect functions that migration V6 adds.
+/// PostgreSQL's `text` cannot hold U+0000 (JSON's `\u0000`): a stored string carrying one
+/// would fail the statement on every retry, so the signed body is refused as one that can
+/// never succeed.
+fn refuse_nul(event_id: &str, event_type: &str, event: &StripeEvent) -> Result<(), Rejection> {
+    let stored: [Option<&str>; 4] = match event {
+        StripeEvent::CheckoutCompleted { customer, email } => {
+            [Some(customer), email.as_deref(), None, None]
+        }
+        StripeEvent::InvoicePaid {
+            customer, email, ..
+        } => [Some(customer), email.as_deref(), None, None],
+        StripeEvent::Subscription {
+            id,
+            customer,
+            status,
+            ..
+        } => [Some(id), customer.as_deref(), Some(status), None],
+        StripeEvent::Other => [None; 4],
+    };
+    let mut all = stored.into_iter().flatten().chain([event_id, event_type]);
+    if all.any(|s| s.contains('\0')) {
+        return Err(invalid(
+            "the event carries a NUL character, which cannot be stored",
+        ));
+    }
+    Ok(())
+}
+
+/// The event's effect: a call of one of the effect functions that migrations V6 and V7 add.
 pub fn effect(event_id: &str, event: &StripeEvent) -> Option<Effect> {
     Some(match event {
         // Provisions the customer, and queues its welcome email in the outbox.
         StripeEvent::CheckoutCompleted { customer, email } => Effect::call(
-            "stripe_provision_v1",
+            "stripe_provision_v2",
             vec![
                 Param::new(customer.clone(), Type::TEXT),
                 Param::new(email.clone(), Type::TEXT),
@@ -218,15 +264,15 @@ pub fn effect(event_id: &str, event: &StripeEvent) -> Option<Effect> {
             customer,
             status,
             created,
-            deleted,
+            kind,
         } => Effect::call(
-            "stripe_keep_subscription_v1",
+            "stripe_keep_subscription_v2",
             vec![
                 Param::new(id.clone(), Type::TEXT),
                 Param::new(customer.clone(), Type::TEXT),
                 Param::new(status.clone(), Type::TEXT),
                 Param::new(*created, Type::INT8),
-                Param::new(*deleted, Type::BOOL),
+                Param::new(*kind as i16, Type::INT2),
             ],
         ),
         StripeEvent::Other => return None,
