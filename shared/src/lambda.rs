@@ -26,6 +26,11 @@ use serde_json::value::RawValue;
 use crate::receiver::{Provider, Receiver};
 use crate::response::{Problem, Rejection};
 
+/// The most header lines an event may carry (a name with several values counts once per
+/// value); an event with more is a 400. `http`'s `HeaderMap` panics past about 24,000 names,
+/// and no sender of webhooks comes near a thousand.
+pub const MAX_HEADERS: usize = 1000;
+
 /// The parts of an API Gateway event the receiver reads, in either payload format.
 #[derive(Deserialize)]
 struct Event<'a> {
@@ -54,7 +59,14 @@ struct Event<'a> {
 struct Context<'a> {
     #[serde(borrow, default)]
     http: Option<HttpContext<'a>>,
+    /// API Gateway's id of the request (both formats), as in its access log.
+    #[serde(rename = "requestId", borrow, default)]
+    request_id: Option<Cow<'a, str>>,
 }
+
+/// API Gateway's request id, carried in the request's extensions to the delivery's log line.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiRequestId(pub(crate) String);
 
 #[derive(Deserialize)]
 struct HttpContext<'a> {
@@ -91,6 +103,14 @@ fn header_value<E: de::Error>(value: &str) -> Result<HeaderValue, E> {
     HeaderValue::from_str(value).map_err(|_| E::custom("a header value HTTP cannot carry"))
 }
 
+/// Refuses one more header line once the map holds [`MAX_HEADERS`].
+fn room_for_one<E: de::Error>(headers: &HeaderMap) -> Result<(), E> {
+    if headers.len() >= MAX_HEADERS {
+        return Err(E::custom("more header lines than the limit"));
+    }
+    Ok(())
+}
+
 impl<'de> Values<'de> for One {
     fn append<A: MapAccess<'de>>(
         map: &mut A,
@@ -98,6 +118,7 @@ impl<'de> Values<'de> for One {
         headers: &mut HeaderMap,
     ) -> Result<(), A::Error> {
         let value: Cow<'de, str> = map.next_value()?;
+        room_for_one(headers)?;
         headers.insert(name, header_value(&value)?);
         Ok(())
     }
@@ -111,6 +132,7 @@ impl<'de> Values<'de> for Many {
     ) -> Result<(), A::Error> {
         let values: Vec<Cow<'de, str>> = map.next_value()?;
         for value in values {
+            room_for_one(headers)?;
             headers.append(name.clone(), header_value(&value)?);
         }
         Ok(())
@@ -170,8 +192,12 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
         not_an_event(format_of(probe.and_then(|p| p.version).as_deref()))
     })?;
     let format = format_of(event.version.as_deref());
+    let (context_method, request_id) = match event.request_context {
+        Some(c) => (c.http.map(|h| h.method), c.request_id),
+        None => (None, None),
+    };
     let method = match format {
-        Format::V2 => event.request_context.and_then(|c| c.http).map(|h| h.method),
+        Format::V2 => context_method,
         Format::V1 => event.http_method,
     }
     .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
@@ -197,6 +223,9 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
     let mut request = Request::new(body);
     *request.method_mut() = method;
     *request.headers_mut() = headers;
+    if let Some(id) = request_id {
+        request.extensions_mut().insert(ApiRequestId(id.into_owned()));
+    }
     Ok((format, request))
 }
 
@@ -301,6 +330,8 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     let (receiver, counter) = (&receiver, &served);
     let ended = lambda_runtime::run(service_fn(
         move |event: LambdaEvent<Box<RawValue>>| async move {
+            let first = counter.load(std::sync::atomic::Ordering::Relaxed) == 0;
+            crate::log::begin(crate::log::invocation(&event.context, first));
             let payload = receiver.handle_event(event.payload.get()).await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)

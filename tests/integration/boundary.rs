@@ -312,3 +312,61 @@ async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_the
     );
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
 }
+
+#[tokio::test]
+async fn a_flood_of_headers_is_400_not_a_crash() {
+    let db = TestDb::new().await;
+    let (receiver, logs) = db.receiver(stripe());
+    let body = invoice_paid("evt_flood", "cus_flood", 1);
+    let sig = stripe_header(STRIPE_SECRET, now(), &body);
+    let many = |n: usize, multi: bool| -> serde_json::Map<String, Value> {
+        let mut map = serde_json::Map::new();
+        map.insert(
+            "stripe-signature".into(),
+            if multi { json!([sig]) } else { json!(sig) },
+        );
+        for i in 1..n {
+            let value = format!("v{i}");
+            map.insert(
+                format!("x-flood-{i}"),
+                if multi { json!([value]) } else { json!(value) },
+            );
+        }
+        map
+    };
+    // About 25,000 distinct names is past what `http`'s HeaderMap can hold: its `insert`
+    // panics. Every header line beyond the reader's limit is refused instead, in both maps,
+    // and so is one name repeated past it.
+    let mut v2 = v2_event("POST", PATH, &[], &body, false);
+    v2["headers"] = Value::Object(many(25_000, false));
+    let mut v1 = v1_event("POST", PATH, &[], &body, false);
+    v1["headers"] = Value::Null;
+    v1["multiValueHeaders"] = Value::Object(many(25_000, true));
+    let mut repeated = v1_event("POST", PATH, &[], &body, false);
+    repeated["headers"] = Value::Null;
+    repeated["multiValueHeaders"] = json!({
+        "stripe-signature": [sig],
+        "x-flood": vec!["v"; 25_000],
+    });
+    let mut over = v2_event("POST", PATH, &[], &body, false);
+    over["headers"] = Value::Object(many(claimonce::lambda::MAX_HEADERS + 1, false));
+    for (name, event) in [
+        ("v2", &v2),
+        ("v1", &v1),
+        ("repeated", &repeated),
+        ("over", &over),
+    ] {
+        assert_eq!(
+            answer(&receiver, event).await,
+            (400, "unreadable-body".to_owned()),
+            "{name}"
+        );
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    let logged = logs.lock().expect("logs").join("\n");
+    assert_eq!(logged.matches("\"problem\":\"unreadable-body\"").count(), 4);
+    // Up to the limit, the delivery is read and processed.
+    let mut at = v2_event("POST", PATH, &[], &body, false);
+    at["headers"] = Value::Object(many(claimonce::lambda::MAX_HEADERS, false));
+    assert_eq!(answer(&receiver, &at).await, (200, "processed".to_owned()));
+}
