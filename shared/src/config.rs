@@ -39,7 +39,38 @@ pub fn number(name: &str, default: u64) -> Result<u64, ConfigError> {
     }
 }
 
-/// `WEBHOOK_TOLERANCE_SECONDS`: how far a signature timestamp may be from now (default 300).
+/// The largest `WEBHOOK_TOLERANCE_SECONDS` accepted: one hour. A signed request can be
+/// replayed for as long as its timestamp is within the tolerance, so the tolerance must stay
+/// far below the ledger's retention window (at least 31 days), or a replay could outlive its
+/// claim and be applied again. The senders' own default is 300 s.
+pub const MAX_TOLERANCE_SECONDS: u64 = 3600;
+
+/// `WEBHOOK_TOLERANCE_SECONDS`: how far a signature timestamp may be from now (default 300,
+/// at most [`MAX_TOLERANCE_SECONDS`]).
 pub fn tolerance_seconds() -> Result<u64, ConfigError> {
-    number("WEBHOOK_TOLERANCE_SECONDS", 300)
+    check_tolerance(number("WEBHOOK_TOLERANCE_SECONDS", 300)?)
+}
+
+/// Checks a tolerance against [`MAX_TOLERANCE_SECONDS`].
+pub fn check_tolerance(seconds: u64) -> Result<u64, ConfigError> {
+    if seconds > MAX_TOLERANCE_SECONDS {
+        return Err(ConfigError(format!(
+            "WEBHOOK_TOLERANCE_SECONDS must be at most {MAX_TOLERANCE_SECONDS}: a signature \
+             accepted for longer could be replayed for longer"
+        )));
+    }
+    Ok(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tolerance_stays_far_below_the_retention_window() {
+        assert_eq!(check_tolerance(300), Ok(300));
+        assert_eq!(check_tolerance(3600), Ok(3600));
+        let refused = check_tolerance(86_400).expect_err("a day is too long");
+        assert!(refused.0.contains("WEBHOOK_TOLERANCE_SECONDS"), "{refused}");
+    }
 }

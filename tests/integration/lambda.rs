@@ -158,31 +158,67 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
 }
 
-#[tokio::test]
-async fn a_binary_without_its_secret_stops_at_start_naming_the_variable() {
-    let f = function("stripe");
-    let api = RuntimeApi::start(f.binary).await.expect("api");
-    let mut command = api.command(
-        &binaries().await.join(f.binary),
-        &[(
-            "DATABASE_URL",
-            "postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable",
-        )],
-    );
+/// Starts `binary` under a Runtime API with `env` (minus `removed`) and returns everything
+/// it printed before it stopped; a binary that does not stop at start fails the test.
+async fn start_error(binary: &str, env: &[(&str, &str)], removed: &[&str]) -> String {
+    let api = RuntimeApi::start(binary).await.expect("api");
+    let mut command = api.command(&binaries().await.join(binary), env);
+    for name in removed {
+        command.env_remove(name);
+    }
     command
-        .env_remove(f.secret_var)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let output = tokio::time::timeout(Duration::from_secs(20), command.output())
         .await
         .expect("exits promptly")
         .expect("runs");
-    assert!(!output.status.success());
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout.contains("STRIPE_WEBHOOK_SECRET must be set"),
-        "{stdout}"
-    );
-    let all = format!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!output.status.success(), "{binary} started");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+const UNREACHABLE_DATABASE: (&str, &str) = (
+    "DATABASE_URL",
+    "postgres://u:hunter2@127.0.0.1:1/db?sslmode=disable",
+);
+
+#[tokio::test]
+async fn a_binary_without_its_secret_stops_at_start_naming_the_variable() {
+    let f = function("stripe");
+    let all = start_error(f.binary, &[UNREACHABLE_DATABASE], &[f.secret_var]).await;
+    assert!(all.contains("STRIPE_WEBHOOK_SECRET must be set"), "{all}");
     assert!(!all.contains("hunter2"), "{all}");
+}
+
+#[tokio::test]
+async fn windows_that_disagree_stop_the_binaries_at_start_naming_the_variable() {
+    // Stripe keeps events for 30 days and an operator may resend any of them: a ledger that
+    // forgets sooner would apply the resend again.
+    let all = start_error(
+        "retention-sweep",
+        &[UNREACHABLE_DATABASE, ("RETENTION_DAYS", "30")],
+        &[],
+    )
+    .await;
+    assert!(all.contains("RETENTION_DAYS must be"), "{all}");
+    // A signature accepted for a day could be replayed for a day: the tolerance stays far
+    // below the retention window.
+    for f in ["stripe", "resend"].map(function) {
+        let all = start_error(
+            f.binary,
+            &[
+                UNREACHABLE_DATABASE,
+                (f.secret_var, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                ("WEBHOOK_TOLERANCE_SECONDS", "86400"),
+            ],
+            &[],
+        )
+        .await;
+        assert!(all.contains("WEBHOOK_TOLERANCE_SECONDS must be"), "{all}");
+        assert!(!all.contains("hunter2"), "{all}");
+    }
 }

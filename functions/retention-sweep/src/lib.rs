@@ -3,8 +3,8 @@
 //! A ledger row must outlive every redelivery of its event, or the redelivery would be applied
 //! again. Stripe retries a failed delivery for up to 3 days and keeps events (which an
 //! operator can resend) for 30 days; Resend (Svix) retries for about a day. Rows older than
-//! `RETENTION_DAYS` (default 90) are past all of that and are removed here, together with
-//! outbox messages delivered longer ago than the same window.
+//! `RETENTION_DAYS` (default 90, at least 31) are past all of that and are removed here,
+//! together with outbox messages delivered longer ago than the same window.
 //!
 //! Every batch is one short transaction in one round trip, running as `claimonce_sweeper`
 //! (`SET LOCAL ROLE`), so the sweep never holds locks for long, can do nothing the sweeper
@@ -34,9 +34,9 @@ pub struct Policy {
     pub batch_size: u32,
 }
 
-/// The smallest retention accepted: Stripe's retry window is 3 days, and a shorter window
-/// would let a legitimate retry be applied twice.
-pub const MIN_RETENTION_DAYS: u32 = 7;
+/// The smallest retention accepted: Stripe keeps events for 30 days and an operator may resend
+/// any of them (Dashboard, CLI, API); a shorter window would apply such a resend twice.
+pub const MIN_RETENTION_DAYS: u32 = 31;
 
 impl Policy {
     /// From `RETENTION_DAYS` (default 90, at least [`MIN_RETENTION_DAYS`]) and
@@ -55,7 +55,8 @@ impl Policy {
         if !(MIN_RETENTION_DAYS..=36_500).contains(&retention_days) {
             return Err(ConfigError(format!(
                 "RETENTION_DAYS must be between {MIN_RETENTION_DAYS} and 36500: a shorter window \
-                 would forget events their senders may still redeliver"
+                 would forget events their senders may still redeliver (Stripe keeps events for \
+                 30 days)"
             )));
         }
         if !(1..=100_000).contains(&batch_size) {
@@ -325,7 +326,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_policy_refuses_a_window_shorter_than_the_senders_retry() {
+    fn the_policy_refuses_a_window_shorter_than_the_senders_resend() {
         assert_eq!(
             Policy::new(90, 5000),
             Ok(Policy {
@@ -334,6 +335,9 @@ mod tests {
             })
         );
         assert!(Policy::new(3, 5000).is_err());
+        // Stripe keeps events for 30 days, and an operator may resend any of them.
+        assert!(Policy::new(30, 5000).is_err());
+        assert!(Policy::new(31, 5000).is_ok());
         assert!(Policy::new(90, 0).is_err());
         assert!(Policy::new(90, 1_000_000).is_err());
     }
