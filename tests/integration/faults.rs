@@ -462,6 +462,11 @@ impl XorShift {
     }
 }
 
+/// How many 500s one event may get before the storm gives up on it: an injected failure
+/// happens once per event, so only a persistent failure reaches this, and it fails the test
+/// instead of looping forever.
+const STORM_MAX_FAILURES: u64 = 6;
+
 #[tokio::test]
 async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
     let events = std::env::var("CLAIMONCE_STORM_EVENTS")
@@ -470,23 +475,32 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
         .unwrap_or(10_000_u64);
     let environments = 32;
     let db = TestDb::new().await;
-    // About 5% of effect attempts fail (as a deadlock or a failover would); the sender retries.
+    // About 5% of events, chosen by a seeded generator, fail their first commit (as a deadlock
+    // or a failover would): a deferred trigger raises at commit, after the claim and the whole
+    // effect ran, for an event listed in `storm_failures`. The test takes the event off the
+    // list when it sees its 500, so each planned failure happens once and the sender's retry
+    // heals it.
     db.client()
         .await
         .batch_execute(
-            "CREATE FUNCTION flaky() RETURNS trigger LANGUAGE plpgsql AS $$
+            "CREATE TABLE storm_failures (event_id text PRIMARY KEY);
+             CREATE FUNCTION storm_fail() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
-                 IF random() < 0.05 THEN RAISE EXCEPTION 'injected failure'; END IF;
+                 IF EXISTS (SELECT 1 FROM storm_failures WHERE event_id = NEW.event_id) THEN
+                     RAISE EXCEPTION 'injected failure';
+                 END IF;
                  RETURN NEW;
              END $$;
-             CREATE TRIGGER flaky BEFORE INSERT OR UPDATE ON customers
-                 FOR EACH ROW EXECUTE FUNCTION flaky();",
+             CREATE CONSTRAINT TRIGGER storm_fail AFTER INSERT ON processed_events
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION storm_fail();",
         )
         .await
-        .expect("flaky trigger");
+        .expect("failure trigger");
     let mut rng = XorShift(0x5eed_cafe_f00d_d00d);
+    let mut failures = XorShift(0xfa11_0000_5eed_0001);
     let mut expected_credit = 0_i64;
     let mut bodies = Vec::new();
+    let mut planned = Vec::new();
     for i in 0..events {
         // Invoices credit a small set of hot customers; checkouts provision new ones.
         if i % 3 == 0 {
@@ -504,7 +518,18 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
                 amount,
             ));
         }
+        if failures.below(20) == 0 {
+            planned.push(format!("evt_s{i}"));
+        }
     }
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO storm_failures SELECT unnest($1::text[])",
+            &[&planned],
+        )
+        .await
+        .expect("plan the failures");
     // Every event is delivered 1 to 4 times; copies land close together.
     let mut queue = VecDeque::new();
     for (i, _) in bodies.iter().enumerate() {
@@ -520,6 +545,9 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
     let deliveries = shuffled.len();
     let queue = Arc::new(Mutex::new(VecDeque::from(shuffled)));
     let bodies = Arc::new(bodies);
+    // 500s per event, to bound the retries and to name the events that failed.
+    let failed: Arc<Vec<AtomicU64>> = Arc::new((0..events).map(|_| AtomicU64::new(0)).collect());
+    let admin = Arc::new(db.client().await);
     let counts = Arc::new([
         AtomicU64::new(0),
         AtomicU64::new(0),
@@ -529,8 +557,13 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
     let started = Instant::now();
     let receivers = (0..environments).map(|_| db.receiver(stripe()).0).collect();
     all_at_once(receivers, |r| {
-        let (queue, bodies, counts) =
-            (Arc::clone(&queue), Arc::clone(&bodies), Arc::clone(&counts));
+        let (queue, bodies, counts, failed, admin) = (
+            Arc::clone(&queue),
+            Arc::clone(&bodies),
+            Arc::clone(&counts),
+            Arc::clone(&failed),
+            Arc::clone(&admin),
+        );
         async move {
             loop {
                 let Some(i) = queue.lock().await.pop_front() else {
@@ -552,8 +585,17 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
                     (200, Some(b)) if b["disposition"] == "processed" => 0,
                     (200, _) => 1,
                     (500, _) => {
-                        // The sender retries a 500 later.
-                        queue.lock().await.push_back(i);
+                        admin
+                            .execute(
+                                "DELETE FROM storm_failures WHERE event_id = $1",
+                                &[&format!("evt_s{i}")],
+                            )
+                            .await
+                            .expect("the failure happened");
+                        // The sender retries a 500 later, a bounded number of times.
+                        if failed[i].fetch_add(1, Ordering::Relaxed) + 1 < STORM_MAX_FAILURES {
+                            queue.lock().await.push_back(i);
+                        }
                         2
                     }
                     _ => 3,
@@ -569,35 +611,63 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
         .each_ref()
         .map(|c| c.load(Ordering::Relaxed));
     eprintln!(
-        "storm: {events} events, {deliveries} deliveries + {retried} retries after injected failures, \
-         {environments} environments, {elapsed:?}: processed {processed}, duplicate {duplicate}"
+        "storm: {events} events, {deliveries} deliveries + {retried} retries after {} injected \
+         failures, {environments} environments, {elapsed:?}: processed {processed}, duplicate \
+         {duplicate}",
+        planned.len()
     );
+    let gave_up: Vec<usize> = (0..failed.len())
+        .filter(|&i| failed[i].load(Ordering::Relaxed) >= STORM_MAX_FAILURES)
+        .collect();
+    assert!(gave_up.is_empty(), "persistent failures: {gave_up:?}");
     assert_eq!(other, 0, "no request was rejected");
+    // Exactly the planned events failed, each at least once; no other delivery did.
+    let failed_events: Vec<String> = (0..failed.len())
+        .filter(|&i| failed[i].load(Ordering::Relaxed) > 0)
+        .map(|i| format!("evt_s{i}"))
+        .collect();
+    assert!(!planned.is_empty(), "the plan injects failures");
+    assert_eq!(failed_events, planned, "the failures are the planned ones");
     assert_eq!(processed, events, "each event processed exactly once");
     assert_eq!(
         processed + duplicate,
         u64::try_from(deliveries).expect("n"),
         "every delivery answered 200 in the end"
     );
-    assert!(retried > 0, "the injected failures happened");
+    let events = i64::try_from(events).expect("n");
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events").await,
-        i64::try_from(events).expect("n")
+        events
     );
     assert_eq!(
         db.count("SELECT count(DISTINCT event_id) FROM processed_events")
             .await,
-        i64::try_from(events).expect("n")
+        events
     );
     assert_eq!(
         db.count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
             .await,
         expected_credit
     );
-    let checkouts = i64::try_from(events.div_ceil(3)).expect("n");
+    let checkouts = (events + 2) / 3;
     assert_eq!(
         db.count("SELECT count(*) FROM customers WHERE stripe_customer_id LIKE 'cus_new_%'")
             .await,
         checkouts
     );
+    // One welcome per new customer, none lost with a failed attempt, none twice.
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM outbox WHERE topic = 'email.welcome' \
+             AND dedup_key LIKE 'cus_new_%'"
+        )
+        .await,
+        checkouts
+    );
+    assert_eq!(
+        db.count("SELECT count(DISTINCT dedup_key) FROM outbox")
+            .await,
+        checkouts
+    );
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, checkouts);
 }
