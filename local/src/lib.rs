@@ -9,5 +9,6 @@ pub mod http;
 pub mod migrations;
 pub mod pgbouncer;
 pub mod postgres;
+pub mod readable;
 pub mod runtime_api;
 pub mod sign;

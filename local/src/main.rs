@@ -20,7 +20,10 @@ use claimonce_local::{functions, gateway, migrations, sign};
 use serde_json::Value;
 
 const USAGE: &str = "usage:
-  claimonce-local [run] [--port 9000] [--instances 2]   run every function locally
+  claimonce-local [run] [--port 9000] [--instances 2] [--json]
+                                                        run every function locally; --json prints
+                                                        the functions' JSON log lines as they are
+                                                        (the default when stdout is not a terminal)
   claimonce-local sign <event.json>...                  re-sign sample events in place
   claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)
   claimonce-local --help                                this text";
@@ -34,9 +37,18 @@ fn now() -> u64 {
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
-    Run { port: u16, instances: usize },
-    Sign { files: Vec<String> },
-    Send { file: String, url: String },
+    Run {
+        port: u16,
+        instances: usize,
+        json: bool,
+    },
+    Sign {
+        files: Vec<String>,
+    },
+    Send {
+        file: String,
+        url: String,
+    },
     Help,
 }
 
@@ -47,7 +59,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let lex = |e: lexopt::Error| e.to_string();
     let mut parser = lexopt::Parser::from_args(args);
     let mut subcommand: Option<String> = None;
-    let (mut port, mut instances, mut url) = (9000_u16, 2_usize, None::<String>);
+    let (mut port, mut instances, mut url, mut json) = (9000_u16, 2_usize, None::<String>, false);
     let mut files = Vec::new();
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
@@ -55,6 +67,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Long("port") => port = parser.value().map_err(lex)?.parse().map_err(lex)?,
             Long("instances") => instances = parser.value().map_err(lex)?.parse().map_err(lex)?,
             Long("url") => url = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
+            Long("json") => json = true,
             Value(value) => {
                 let value = value.string().map_err(lex)?;
                 if subcommand.is_none() {
@@ -75,8 +88,13 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
         "help" => Ok(Command::Help),
         "run" if !files.is_empty() => Err("run takes no file".into()),
         "run" if url.is_some() => misplaced("--url"),
-        "run" => Ok(Command::Run { port, instances }),
+        "run" => Ok(Command::Run {
+            port,
+            instances,
+            json,
+        }),
         "sign" if files.is_empty() => Err("sign needs at least one event file".into()),
+        "sign" | "send" if json => misplaced("--json"),
         "sign" if url.is_some() => misplaced("--url"),
         "sign" => Ok(Command::Sign { files }),
         _ => match <[String; 1]>::try_from(files) {
@@ -100,7 +118,11 @@ async fn main() -> ExitCode {
             eprintln!("claimonce-local: {e}\n{USAGE}");
             return ExitCode::from(2);
         }
-        Ok(Command::Run { port, instances }) => run(port, instances).await,
+        Ok(Command::Run {
+            port,
+            instances,
+            json,
+        }) => run(port, instances, json).await,
         Ok(Command::Sign { files }) => sign_files(&files),
         Ok(Command::Send { file, url }) => send(&file, &url).await,
     };
@@ -186,7 +208,9 @@ async fn connect(url: &str) -> Result<claimonce::db::Connection, String> {
         .map_err(|e| e.to_string())
 }
 
-async fn run(port: u16, instances: usize) -> Result<(), String> {
+async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let raw = json || !std::io::stdout().is_terminal();
     let (url, server) = database().await?;
     let mut client = connect(&url).await?;
     let applied = claimonce::migrate::apply(&mut client, migrations::ALL)
@@ -215,12 +239,25 @@ async fn run(port: u16, instances: usize) -> Result<(), String> {
             None => function.dev_secret.to_owned(),
         };
         for _ in 0..instances.max(1) {
-            let child = api
-                .spawn(
-                    &bin_dir.join(function.binary),
-                    &[("DATABASE_URL", &url), (function.secret_var, &secret)],
-                )
+            let mut command = api.command(
+                &bin_dir.join(function.binary),
+                &[("DATABASE_URL", &url), (function.secret_var, &secret)],
+            );
+            if !raw {
+                command.stdout(std::process::Stdio::piped());
+            }
+            let mut child = command
+                .spawn()
                 .map_err(|e| format!("{}: {e}", function.binary))?;
+            if let Some(out) = child.stdout.take() {
+                tokio::spawn(async move {
+                    use tokio::io::AsyncBufReadExt;
+                    let mut lines = tokio::io::BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        println!("{}", claimonce_local::readable::readable(&line));
+                    }
+                });
+            }
             children.push(child);
         }
         routes.insert(function.path(), api);
@@ -280,14 +317,16 @@ mod tests {
             parse(""),
             Ok(Command::Run {
                 port: 9000,
-                instances: 2
+                instances: 2,
+                json: false
             })
         );
         assert_eq!(
-            parse("--port=9100 --instances 1"),
+            parse("--port=9100 --instances 1 --json"),
             Ok(Command::Run {
                 port: 9100,
-                instances: 1
+                instances: 1,
+                json: true
             })
         );
         assert_eq!(
@@ -306,6 +345,7 @@ mod tests {
             "run --url http://x",
             "--port notaport",
             "run extra.json",
+            "sign a.json --json",
         ] {
             assert!(parse(wrong).is_err(), "{wrong}");
         }

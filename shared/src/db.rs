@@ -595,6 +595,9 @@ fn connection_lost(e: &tokio_postgres::Error) -> bool {
 pub struct Database {
     settings: Settings,
     connection: Mutex<Option<Connection>>,
+    /// Connections made by deliveries (the one made at cold start is not counted): each one
+    /// replaced a connection found closed or lost.
+    reconnects: std::sync::atomic::AtomicU64,
 }
 
 impl Database {
@@ -603,7 +606,15 @@ impl Database {
         Self {
             settings,
             connection: Mutex::new(None),
+            reconnects: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Connections deliveries made since the last call, and starts counting again: what the
+    /// delivery just finished reports as its `Reconnects` metric.
+    pub fn take_reconnects(&self) -> u64 {
+        self.reconnects
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connects now (at cold start), so the first delivery does not pay for it. A failure is
@@ -657,11 +668,14 @@ impl Database {
         loop {
             let connection = match slot.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
-                None => self
-                    .settings
-                    .connect()
-                    .await
-                    .map_err(DeliveryError::Connect)?,
+                None => {
+                    self.reconnects
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.settings
+                        .connect()
+                        .await
+                        .map_err(DeliveryError::Connect)?
+                }
             };
             let connection = slot.insert(connection);
             *in_flight = true;

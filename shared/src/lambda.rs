@@ -224,7 +224,9 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
     *request.method_mut() = method;
     *request.headers_mut() = headers;
     if let Some(id) = request_id {
-        request.extensions_mut().insert(ApiRequestId(id.into_owned()));
+        request
+            .extensions_mut()
+            .insert(ApiRequestId(id.into_owned()));
     }
     Ok((format, request))
 }
@@ -330,8 +332,7 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     let (receiver, counter) = (&receiver, &served);
     let ended = lambda_runtime::run(service_fn(
         move |event: LambdaEvent<Box<RawValue>>| async move {
-            let first = counter.load(std::sync::atomic::Ordering::Relaxed) == 0;
-            crate::log::begin(crate::log::invocation(&event.context, first));
+            crate::log::begin(&event.context);
             let payload = receiver.handle_event(event.payload.get()).await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)

@@ -1,7 +1,16 @@
 //! Structured logging: one JSON object per line on stdout, which CloudWatch Logs indexes as is.
 //! Callers pass only fields that are safe to keep: never a secret, a signature or a body.
+//!
+//! Every line is a Lambda log line in the shape AWS Lambda Powertools' logger writes:
+//! `timestamp` (RFC 3339, milliseconds, UTC), `level` (`DEBUG`, `INFO`, `WARN`, `ERROR`, the
+//! names Lambda's log-level filter reads), `message`, `service`, then what the process and the
+//! current invocation are (`cold_start`, `function_name`, `function_memory_size`,
+//! `function_arn`, `function_request_id`, `xray_trace_id`), then the caller's fields. A line
+//! below `AWS_LAMBDA_LOG_LEVEL` (which Lambda sets from the function's `ApplicationLogLevel`;
+//! `INFO` when unset) is not even built.
 
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Map;
@@ -10,15 +19,135 @@ use crate::config::ConfigError;
 
 type Sink = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Where log lines go: stdout in a function, memory in a test.
+/// How serious a line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Detail for a person debugging: off unless the log level says `DEBUG`.
+    Debug,
+    /// Normal operation: one line per delivery or job run.
+    Info,
+    /// Something to look at that did not fail a delivery.
+    Warn,
+    /// A failure on our side.
+    Error,
+}
+
+impl Level {
+    /// The level's name, as Lambda's log-level filter and Powertools spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Debug => "DEBUG",
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Error => "ERROR",
+        }
+    }
+
+    /// The level `AWS_LAMBDA_LOG_LEVEL` asks for: `TRACE` counts as `DEBUG` and `FATAL` as
+    /// `ERROR` (this code writes neither); unset or unknown is `INFO`, Lambda's default.
+    pub fn from_env() -> Self {
+        crate::config::optional("AWS_LAMBDA_LOG_LEVEL")
+            .map_or(Level::Info, |v| Level::from(v.trim()))
+    }
+}
+
+impl From<&str> for Level {
+    /// `"debug"`, `"info"`, `"warn"`, `"error"`, in any case; anything else is `Info`.
+    fn from(name: &str) -> Self {
+        match name.to_ascii_lowercase().as_str() {
+            "debug" | "trace" => Level::Debug,
+            "warn" | "warning" => Level::Warn,
+            "error" | "fatal" => Level::Error,
+            _ => Level::Info,
+        }
+    }
+}
+
+/// What every line of one invocation says about it, from the Runtime API's answer.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Invocation {
+    /// True for the first invocation of this process (execution environment).
+    pub cold_start: bool,
+    /// The ARN the function was invoked by (`Lambda-Runtime-Invoked-Function-Arn`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub function_arn: String,
+    /// The Lambda request id (`Lambda-Runtime-Aws-Request-Id`), as in Lambda's REPORT line.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub function_request_id: String,
+    /// The X-Ray trace header of the invocation (`Lambda-Runtime-Trace-Id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xray_trace_id: Option<String>,
+}
+
+/// What every line of a process says about where it runs.
+#[derive(Debug, Clone, Serialize)]
+struct Process {
+    service: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_memory_size: Option<u32>,
+}
+
+impl Process {
+    /// From the variables Lambda sets (`AWS_LAMBDA_FUNCTION_NAME`,
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) and Powertools' `POWERTOOLS_SERVICE_NAME`
+    /// (default `claimonce`).
+    fn from_env() -> Self {
+        Self {
+            service: crate::config::optional("POWERTOOLS_SERVICE_NAME")
+                .unwrap_or_else(|| "claimonce".to_owned()),
+            function_name: crate::config::optional("AWS_LAMBDA_FUNCTION_NAME"),
+            function_memory_size: crate::config::optional("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+                .and_then(|v| v.trim().parse().ok()),
+        }
+    }
+}
+
+/// The invocation this process is serving. A Lambda execution environment serves one
+/// invocation at a time, so one slot for the process is exact; the Lambda boundary and the
+/// scheduled functions' loop fill it before each invocation ([`begin`]).
+static INVOCATION: Mutex<Invocation> = Mutex::new(Invocation {
+    cold_start: false,
+    function_arn: String::new(),
+    function_request_id: String::new(),
+    xray_trace_id: None,
+});
+
+/// Set once this process has begun its first invocation.
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the invocation the Runtime API just handed over (`context`) the one every line
+/// names from now on; the process's first is its cold start.
+pub fn begin(context: &lambda_runtime::Context) {
+    let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
+    set(Invocation {
+        cold_start,
+        function_arn: context.invoked_function_arn.clone(),
+        function_request_id: context.request_id.clone(),
+        xray_trace_id: context.xray_trace_id.clone(),
+    });
+}
+
+fn set(invocation: Invocation) {
+    match INVOCATION.lock() {
+        Ok(mut current) => *current = invocation,
+        Err(poisoned) => *poisoned.into_inner() = invocation,
+    }
+}
+
+/// Where log lines go (stdout in a function, memory in a test), at which level, and what
+/// every line says about the process.
 #[derive(Clone)]
 pub struct Log {
     sink: Sink,
+    min: Level,
+    process: Arc<Process>,
 }
 
 impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Log")
+        f.debug_struct("Log").field("min", &self.min).finish()
     }
 }
 
@@ -26,19 +155,23 @@ impl std::fmt::Debug for Log {
 pub type Captured = Arc<Mutex<Vec<String>>>;
 
 impl Log {
+    fn with_sink(sink: Sink) -> Self {
+        Self {
+            sink,
+            min: Level::from_env(),
+            process: Arc::new(Process::from_env()),
+        }
+    }
+
     /// Writes each line to stdout.
     pub fn stdout() -> Self {
-        Self {
-            sink: Arc::new(|line| println!("{line}")),
-        }
+        Self::with_sink(Arc::new(|line| println!("{line}")))
     }
 
     /// Builds every line and drops it: for benchmarks, which measure the work of logging but
     /// not the terminal.
     pub fn discard() -> Self {
-        Self {
-            sink: Arc::new(|_| {}),
-        }
+        Self::with_sink(Arc::new(|_| {}))
     }
 
     /// Keeps every line in memory, for tests that read what was logged.
@@ -50,7 +183,24 @@ impl Log {
                 lines.push(line.to_owned());
             }
         });
-        (Self { sink }, lines)
+        (Self::with_sink(sink), lines)
+    }
+
+    /// The same log at another level (tests, and a caller that knows better than the
+    /// environment).
+    pub fn at(mut self, min: Level) -> Self {
+        self.min = min;
+        self
+    }
+
+    /// The `service` every line names (and the EMF `service` dimension).
+    pub fn service(&self) -> &str {
+        &self.process.service
+    }
+
+    /// True when a line at `level` would be written.
+    pub fn enabled(&self, level: Level) -> bool {
+        level >= self.min
     }
 
     /// Logs a configuration error as one line (it names the variable, never the value) and
@@ -58,27 +208,111 @@ impl Log {
     /// invocation with the reason in the logs.
     pub fn config<T>(&self, built: Result<T, ConfigError>) -> Result<T, ConfigError> {
         if let Err(e) = &built {
-            self.write("error", &e.to_string(), Map::new());
+            self.write(Level::Error, &e.to_string(), Map::new());
         }
         built
     }
 
-    /// Writes one line with `level`, `message` and the given fields: a JSON map, or a struct
-    /// that serialises as one (the hot path's typed lines).
-    pub fn write(&self, level: &str, message: &str, fields: impl Serialize) {
+    /// Writes one line with the given fields (a JSON map, or a struct that serialises as one:
+    /// the hot path's typed lines) after the common ones, if `level` is enabled.
+    pub fn write(&self, level: impl Into<Level>, message: &str, fields: impl Serialize) {
         #[derive(Serialize)]
         struct Line<'a, F> {
-            level: &'a str,
+            timestamp: String,
+            level: &'static str,
             message: &'a str,
+            #[serde(flatten)]
+            process: &'a Process,
+            #[serde(flatten)]
+            invocation: &'a Invocation,
             #[serde(flatten)]
             fields: F,
         }
+        let level = level.into();
+        if !self.enabled(level) {
+            return;
+        }
+        let invocation = match INVOCATION.lock() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
         if let Ok(line) = serde_json::to_string(&Line {
-            level,
+            timestamp: rfc3339_millis(SystemTime::now()),
+            level: level.as_str(),
             message,
+            process: &self.process,
+            invocation: &invocation,
             fields,
         }) {
             (self.sink)(&line);
         }
+    }
+}
+
+/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`.
+pub fn rfc3339_millis(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian), after H. Hinnant's
+    // `civil_from_days`, for days >= 0.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        let at = |secs: u64, ms: u64| {
+            rfc3339_millis(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        // `date -u -d @1796070269` and a leap day.
+        assert_eq!(at(1_796_070_269, 463), "2026-11-30T20:24:29.463Z");
+        assert_eq!(at(1_709_208_000, 7), "2024-02-29T12:00:00.007Z");
+        assert_eq!(at(951_782_400, 999), "2000-02-29T00:00:00.999Z");
+    }
+
+    #[test]
+    fn lines_below_the_level_are_not_written_and_every_line_has_the_common_keys() {
+        let (log, lines) = Log::capture();
+        let log = log.at(Level::Info);
+        set(Invocation {
+            cold_start: true,
+            function_arn: "arn:aws:lambda:us-east-1:1:function:f".into(),
+            function_request_id: "req-1".into(),
+            xray_trace_id: Some("Root=1-2-3".into()),
+        });
+        log.write(Level::Debug, "hidden", Map::new());
+        log.write(Level::Warn, "shown", serde_json::json!({"k": 1}));
+        let lines = lines.lock().expect("lines");
+        assert_eq!(lines.len(), 1);
+        let line: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
+        assert_eq!(line["level"], "WARN");
+        assert_eq!(line["message"], "shown");
+        assert_eq!(line["function_request_id"], "req-1");
+        assert_eq!(line["xray_trace_id"], "Root=1-2-3");
+        assert_eq!(line["cold_start"], true);
+        assert_eq!(line["k"], 1);
+        assert!(line["service"].is_string());
+        assert_eq!(line["timestamp"].as_str().map(str::len), Some(24));
     }
 }

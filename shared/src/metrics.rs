@@ -1,6 +1,10 @@
 //! CloudWatch metrics as Embedded Metric Format: a log line carries its own metric directive,
 //! and CloudWatch Logs extracts the metrics from it. No SDK call, no extra line and no extra
 //! network trip on the hot path.
+//!
+//! Every metric is published twice, as Powertools' metrics publish theirs with its default
+//! `service` dimension: once by the line's own dimensions (which the template's alarms name)
+//! and once by those plus `service`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,6 +13,10 @@ use serde_json::{Map, Value};
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "claimonce";
+
+/// The dimension every metric also has, as Powertools names it; its value is the log's
+/// `service`, a member of every line.
+pub const SERVICE: &str = "service";
 
 /// One metric on a line.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +53,7 @@ struct Set<'a, D: Serialize> {
     #[serde(rename = "Namespace")]
     namespace: &'static str,
     #[serde(rename = "Dimensions")]
-    dimensions: [&'a [&'a str]; 1],
+    dimensions: [Vec<&'a str>; 2],
     #[serde(rename = "Metrics")]
     metrics: D,
 }
@@ -55,11 +63,14 @@ impl<'a, D: Serialize> Directive<'a, D> {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let mut with_service = Vec::with_capacity(dimensions.len() + 1);
+        with_service.push(SERVICE);
+        with_service.extend_from_slice(dimensions);
         Self {
             timestamp,
             sets: [Set {
                 namespace: NAMESPACE,
-                dimensions: [dimensions],
+                dimensions: [dimensions.to_vec(), with_service],
                 metrics,
             }],
         }

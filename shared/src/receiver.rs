@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError};
 use crate::db::Database;
-use crate::log::Log;
+use crate::log::{Level, Log};
 use crate::metrics;
 use crate::pipeline::{Claim, Effect, Finished};
 use crate::response::{Disposition, Problem, Rejection};
@@ -97,6 +97,9 @@ struct Delivery {
 #[derive(Serialize)]
 struct DeliveryLine<'a> {
     provider: &'a str,
+    /// API Gateway's request id, as in its access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     event_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,36 +137,105 @@ impl<P: Provider> Receiver<P> {
         }
     }
 
-    /// Connects now, at cold start. A failure is logged; the first delivery retries.
+    /// Connects now, at cold start, and logs the cold start with its metrics (`ColdStart`, and
+    /// `DatabaseConnectMs` when the connection was made). A failure is logged; the first
+    /// delivery retries.
     pub async fn warm_up(&self) {
-        if let Err(e) = self.database.warm_up().await {
-            let mut fields = Map::new();
-            fields.insert("provider".into(), self.provider.name().into());
-            fields.insert("error".into(), e.to_string().into());
-            self.log
-                .write("warn", "database not reachable at cold start", fields);
+        let started = Instant::now();
+        let connected = self.database.warm_up().await;
+        let connect_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let mut fields = Map::new();
+        fields.insert("provider".into(), self.provider.name().into());
+        let cold = metrics::Metric {
+            name: "ColdStart",
+            unit: "Count",
+            value: 1.0,
+        };
+        match connected {
+            Ok(()) => {
+                let connect = metrics::Metric {
+                    name: "DatabaseConnectMs",
+                    unit: "Milliseconds",
+                    value: connect_ms,
+                };
+                metrics::embed(
+                    &mut fields,
+                    &[("Provider", self.provider.name())],
+                    &[cold, connect],
+                );
+                self.log.write(Level::Info, "cold start", fields);
+            }
+            Err(e) => {
+                fields.insert("error".into(), e.to_string().into());
+                metrics::embed(&mut fields, &[("Provider", self.provider.name())], &[cold]);
+                self.log
+                    .write(Level::Warn, "database not reachable at cold start", fields);
+            }
         }
+    }
+
+    /// Logs the reconnects the last delivery made, with the `Reconnects` metric: a proxy that
+    /// drops idle connections, a failover, or a database that went away shows here.
+    fn report_reconnects(&self, event_id: Option<&str>) {
+        let reconnects = self.database.take_reconnects();
+        if reconnects == 0 {
+            return;
+        }
+        let mut fields = Map::new();
+        fields.insert("provider".into(), self.provider.name().into());
+        if let Some(id) = event_id {
+            fields.insert("event_id".into(), id.into());
+        }
+        let metric = metrics::Metric {
+            name: "Reconnects",
+            unit: "Count",
+            value: reconnects as f64,
+        };
+        metrics::embed(
+            &mut fields,
+            &[("Provider", self.provider.name())],
+            &[metric],
+        );
+        self.log.write(Level::Info, "reconnected", fields);
     }
 
     /// Handles one request and always answers: it never panics and never fails.
     pub async fn handle(&self, request: Request) -> Response<Body> {
         let started = Instant::now();
         let delivery = self.deliver(&request).await;
-        self.finish(started, delivery)
+        let request_id = request
+            .extensions()
+            .get::<crate::lambda::ApiRequestId>()
+            .map(|id| id.0.as_str());
+        self.finish(started, request_id, delivery)
     }
 
     /// Answers a request refused before it could be read (at the Lambda boundary).
     pub(crate) fn refuse(&self, started: Instant, rejection: Rejection) -> Response<Body> {
-        self.finish(started, Delivery::rejected(rejection))
+        self.finish(started, None, Delivery::rejected(rejection))
     }
 
     /// Logs the delivery's one line and turns its disposition into the response.
-    fn finish(&self, started: Instant, delivery: Delivery) -> Response<Body> {
+    fn finish(
+        &self,
+        started: Instant,
+        request_id: Option<&str>,
+        delivery: Delivery,
+    ) -> Response<Body> {
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let latency_ms = latency_us as f64 / 1000.0;
         let disposition = delivery.disposition.name();
+        if let Disposition::Rejected(r) = &delivery.disposition {
+            // Why, beyond the problem's slug: our own words, never request data.
+            self.log.write(
+                Level::Debug,
+                "rejected",
+                serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
+            );
+        }
         let line = DeliveryLine {
             provider: self.provider.name(),
+            request_id,
             event_id: delivery.event_id.as_deref(),
             event_type: delivery.event_type.as_deref(),
             disposition,
@@ -233,6 +305,7 @@ impl<P: Provider> Receiver<P> {
         };
         let effect = self.provider.effect(&parsed);
         let outcome = self.database.deliver(&claim, effect.as_ref()).await;
+        self.report_reconnects(Some(&parsed.event_id));
         let (disposition, error) = match outcome {
             Ok(Finished::Processed) => (Disposition::Processed, None),
             Ok(Finished::Ignored) => (Disposition::Ignored, None),

@@ -57,6 +57,7 @@ where
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Value>| {
+            crate::log::begin(&event.context);
             job(Budget::before_deadline(event.context.deadline(), margin))
         },
     ))
@@ -127,7 +128,10 @@ mod tests {
         assert_eq!(line["error"], "connection refused");
         let directive = &line["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], "claimonce");
-        assert_eq!(directive["Dimensions"], json!([["Function"]]));
+        assert_eq!(
+            directive["Dimensions"],
+            json!([["Function"], ["service", "Function"]])
+        );
         assert_eq!(
             directive["Metrics"],
             json!([{"Name": "SweptRows", "Unit": "Count"}])

@@ -6,6 +6,7 @@ mod faults;
 mod lambda;
 mod migrate_fn;
 mod migrations;
+mod observability;
 mod outbox;
 mod production_auth;
 mod resend;

@@ -500,6 +500,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        claimonce::log::begin(&event.context);
         let deadline = work_deadline(event.context.deadline);
         migrator
             .handle_until(&event.payload, Some(deadline))
