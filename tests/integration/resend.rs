@@ -141,6 +141,29 @@ async fn bounces_and_complaints_suppress_every_recipient_keeping_the_first_reaso
 }
 
 #[tokio::test]
+async fn a_transient_bounce_is_recorded_and_suppresses_nobody() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    // A full mailbox: Resend's bounce.type "Transient".
+    let mut transient: serde_json::Value =
+        serde_json::from_slice(&resend_email("bounced", "em_t", &["full@example.com"]))
+            .expect("json");
+    transient["data"]["bounce"]["type"] = "Transient".into();
+    transient["data"]["bounce"]["subType"] = "MailboxFull".into();
+    let body = serde_json::to_vec(&transient).expect("json");
+    assert_eq!(
+        outcome(&send(&receiver, "msg_t", &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM email_events WHERE event_type = 'email.bounced'")
+            .await,
+        1
+    );
+    assert_eq!(db.count("SELECT count(*) FROM email_suppressions").await, 0);
+}
+
+#[tokio::test]
 async fn other_event_families_are_claimed_and_ignored() {
     let db = TestDb::new().await;
     let (receiver, _) = db.receiver(resend());

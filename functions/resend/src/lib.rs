@@ -71,6 +71,14 @@ struct EmailData {
     email_id: Option<String>,
     #[serde(default)]
     to: Recipients,
+    /// On `email.bounced`: `{"type": "Permanent" | "Transient" | ..., "subType", "message"}`.
+    bounce: Option<Bounce>,
+}
+
+#[derive(Deserialize)]
+struct Bounce {
+    #[serde(rename = "type")]
+    kind: Option<String>,
 }
 
 /// `data.to` is a list of addresses; accept a single string too.
@@ -191,11 +199,22 @@ pub fn parse_event(verified: &Verified, body: &[u8]) -> Result<Parsed<ResendEven
         {
             return Err(invalid("created_at is not an RFC 3339 timestamp"));
         }
+        let transient = data
+            .bounce
+            .as_ref()
+            .and_then(|b| b.kind.as_deref())
+            .is_some_and(|k| k.eq_ignore_ascii_case("transient"));
         ResendEvent::Email(EmailEvent {
             email_id: data.email_id,
             recipients: data.to.normalised(),
             occurred_at: envelope.created_at,
             suppress: match envelope.event_type.as_str() {
+                // A full mailbox or a busy server is no reason never to write to someone
+                // again: only a bounce Resend does not call transient suppresses. Resend
+                // defines email.bounced as a permanent rejection, so one without a type
+                // suppresses too. The payload names no recipient per bounce, so with several
+                // in `to` every one of them is suppressed.
+                "email.bounced" if transient => None,
                 "email.bounced" => Some("bounced"),
                 "email.complained" => Some("complained"),
                 _ => None,
