@@ -167,17 +167,23 @@ async fn main() -> std::process::ExitCode {
         eprintln!("lambda-loop: build it first: cargo build --release -p stripe-webhook");
         return std::process::ExitCode::FAILURE;
     }
-    let dir = root.join("target/claimonce-lambda-loop");
+    // Its own directory per run: a server of the previous run may still be going away.
+    let dir = root.join(format!(
+        "target/claimonce-lambda-loop-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
-    let pg = match tokio::task::spawn_blocking(move || Postgres::start(&dir, &Options::default()))
-        .await
-    {
-        Ok(Ok(pg)) => pg,
-        other => {
-            eprintln!("lambda-loop: PostgreSQL: {other:?}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
+    let pg_dir = dir.clone();
+    let pg =
+        match tokio::task::spawn_blocking(move || Postgres::start(&pg_dir, &Options::default()))
+            .await
+        {
+            Ok(Ok(pg)) => pg,
+            other => {
+                eprintln!("lambda-loop: PostgreSQL: {other:?}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
     let url = pg.url("postgres");
     let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -255,7 +261,8 @@ async fn main() -> std::process::ExitCode {
         );
     }
     let _ = child.kill().await;
-    drop(pg);
+    let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
+    let _ = std::fs::remove_dir_all(&dir);
     if failures > 0 {
         eprintln!("lambda-loop: {failures} deliveries did not get the status expected");
         return std::process::ExitCode::FAILURE;

@@ -494,6 +494,8 @@ struct Ceiling {
     /// pgbench's own CPU (user + system) per 1,000 transactions: the C client's cost, to
     /// read beside the handler's, since both share the machine with PostgreSQL.
     client_cpu_per_1000: f64,
+    /// Transactions pgbench completed.
+    transactions: f64,
     /// PostgreSQL's CPU (every server process) per 1,000 transactions.
     db_cpu_per_1000: f64,
 }
@@ -519,8 +521,6 @@ fn pgbench(
     ));
     std::fs::write(&script, pgbench_script(mode, shape)).map_err(|e| e.to_string())?;
     let port = pg.port;
-    let postmaster = postmaster_pid(pg);
-    let db_before = postgres_cpu_ms(postmaster);
     let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
     let cpu_before = children_cpu_ms();
     let output = Command::new(exe)
@@ -549,7 +549,6 @@ fn pgbench(
         .output()
         .map_err(|e| format!("pgbench: {e}"))?;
     let cpu = children_cpu_ms() - cpu_before;
-    let db_cpu = postgres_cpu_ms(postmaster) - db_before;
     let text = String::from_utf8_lossy(&output.stdout);
     let field = |prefix: &str, index: usize| {
         text.lines()
@@ -564,13 +563,34 @@ fn pgbench(
         (Some(tps), Some(n)) if n > 0.0 => Ok(Ceiling {
             tps,
             client_cpu_per_1000: cpu * 1000.0 / n,
-            db_cpu_per_1000: db_cpu * 1000.0 / n,
+            transactions: n,
+            db_cpu_per_1000: 0.0,
         }),
         _ => Err(format!(
             "pgbench gave no tps: {text}{}",
             String::from_utf8_lossy(&output.stderr)
         )),
     }
+}
+
+/// Waits until database `db` has no backend left, so that the CPU of the ones that served a run
+/// is in the postmaster's count of its ended children when it is read.
+async fn settle(admin: &Client, db: &str) {
+    for _ in 0..500 {
+        let left = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&db],
+            )
+            .await
+            .map_or(0, |r| r.get::<_, i64>(0));
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The postmaster reaps an ended backend on SIGCHLD; give it that moment.
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
 /// The postmaster's pid, from `postmaster.pid` in the data directory.
@@ -663,6 +683,7 @@ async fn main() -> std::process::ExitCode {
         let postmaster = postmaster_pid(&pg);
         let db_before = postgres_cpu_ms(postmaster);
         let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
+        settle(&admin, &db).await;
         let handler_db_cpu = postgres_cpu_ms(postmaster) - db_before;
         let check_client = connect(&url).await;
         let invariant = check(mode, &check_client, &m).await;
@@ -691,7 +712,8 @@ async fn main() -> std::process::ExitCode {
                         .batch_execute(&format!("CREATE DATABASE {pdb} TEMPLATE bench_template"))
                         .await
                         .expect("db");
-                    let measured = pgbench(
+                    let db_before = postgres_cpu_ms(postmaster);
+                    let mut measured = pgbench(
                         ceiling_mode,
                         shape,
                         protocol,
@@ -706,6 +728,12 @@ async fn main() -> std::process::ExitCode {
                         pgbench_failed = true;
                         Ceiling::default()
                     });
+                    settle(&admin, &pdb).await;
+                    if measured.transactions > 0.0 {
+                        measured.db_cpu_per_1000 = (postgres_cpu_ms(postmaster) - db_before)
+                            * 1000.0
+                            / measured.transactions;
+                    }
                     ceilings.insert(key, measured);
                     measured
                 }
