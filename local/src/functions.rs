@@ -88,6 +88,29 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     command
         .current_dir(&root)
         .args(["build", "--quiet", "--bins"]);
+    // `cargo run` and `cargo test` hand the program they start the variables they set for a
+    // crate (CARGO_MANIFEST_DIR and the like). Some build scripts rerun when one changes
+    // (ring's reads CARGO_MANIFEST_DIR), so passing them on to this build would rebuild ring
+    // and everything above it, and the next `cargo run -p claimonce-local` would rebuild it all
+    // again: a build started from a shell has none of them, and neither has this one.
+    for (name, _) in std::env::vars_os() {
+        let is_crate_var = name.to_str().is_some_and(|n| {
+            n.starts_with("CARGO_PKG_")
+                || matches!(
+                    n,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_BIN_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                        | "OUT_DIR"
+                )
+        });
+        if is_crate_var {
+            command.env_remove(&name);
+        }
+    }
     match which {
         Binaries::Providers => {
             for function in ALL {
