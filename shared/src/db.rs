@@ -354,21 +354,87 @@ impl Settings {
             .unwrap_or(Err(ConnectError::TimedOut))
     }
 
-    /// Asks the server to cancel whatever `connection` is running, within [`Timeouts::CANCEL`].
+    /// Asks the server to cancel whatever the connection `token` belongs to is running.
     /// Returns true when the request was delivered (the server does not say whether a
     /// statement was running).
-    pub async fn cancel(&self, connection: &Connection) -> bool {
-        let token = connection.client.cancel_token();
-        let sent = async {
-            match &self.tls {
-                Some(tls) => token.cancel_query(tls.clone()).await,
-                None => token.cancel_query(NoTls).await,
-            }
+    ///
+    /// tokio-postgres' own `cancel_query` closes its socket as soon as the request is written;
+    /// PostgreSQL acts on it anyway, but a pooler (PgBouncer, and so possibly RDS Proxy) drops
+    /// a cancel whose client has gone before the cancel was forwarded. So the request goes
+    /// over a socket of ours that, once written, waits for the other end to close, as libpq
+    /// does.
+    async fn cancel(&self, token: &tokio_postgres::CancelToken) -> bool {
+        let host = self.host();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let Ok(socket) = tokio::net::TcpStream::connect((host.as_str(), port)).await else {
+            return false;
         };
-        matches!(
-            tokio::time::timeout(Timeouts::CANCEL, sent).await,
-            Ok(Ok(()))
-        )
+        let stream = UntilClosed(socket);
+        match &self.tls {
+            Some(tls) => {
+                let mut make = tls.clone();
+                match tokio_postgres::tls::MakeTlsConnect::<UntilClosed>::make_tls_connect(
+                    &mut make, &host,
+                ) {
+                    Ok(connect) => token.cancel_query_raw(stream, connect).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+            None => token.cancel_query_raw(stream, NoTls).await.is_ok(),
+        }
+    }
+}
+
+/// A TCP stream whose shutdown waits for the other end to close instead of closing first:
+/// what was written has then been read and acted on. Reads during that wait are discarded.
+struct UntilClosed(tokio::net::TcpStream);
+
+impl tokio::io::AsyncRead for UntilClosed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for UntilClosed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        use tokio::io::AsyncRead;
+        // No FIN of ours first: a pooler reads the end of our side as the client going away
+        // and gives up on the cancel (PgBouncer 1.18 even crashes on it). The other end
+        // closes once it has the request; the socket closes when this stream is dropped.
+        let mut scratch = [0u8; 64];
+        loop {
+            let mut buf = tokio::io::ReadBuf::new(&mut scratch);
+            match std::pin::Pin::new(&mut self.0).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {}
+                // Reset by the other end: it has read the request and gone.
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -570,6 +636,13 @@ impl std::error::Error for DeliveryError {
     }
 }
 
+fn set<T>(slot: &std::sync::Mutex<T>, value: T) {
+    match slot.lock() {
+        Ok(mut current) => *current = value,
+        Err(poisoned) => *poisoned.into_inner() = value,
+    }
+}
+
 fn io_error(e: &tokio_postgres::Error) -> bool {
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
@@ -641,19 +714,38 @@ impl Database {
         effect: Option<&Effect>,
     ) -> Result<Finished, DeliveryError> {
         let mut slot = self.connection.lock().await;
-        let mut in_flight = false;
-        let attempts = self.attempts(&mut slot, claim, effect, &mut in_flight);
-        match tokio::time::timeout(self.settings.timeouts.delivery, attempts).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                if let Some(connection) = slot.take() {
-                    if in_flight {
-                        self.settings.cancel(&connection).await;
-                    }
-                    drop(connection);
-                }
-                Err(DeliveryError::TimedOut)
+        let deadline = tokio::time::Instant::now() + self.settings.timeouts.delivery;
+        // The cancel key of the connection a statement is in flight on, while it is.
+        let in_flight = std::sync::Mutex::new(None);
+        let answered = {
+            let attempts = self.attempts(&mut slot, claim, effect, deadline, &in_flight);
+            tokio::pin!(attempts);
+            let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
+                Ok(outcome) => return outcome,
+                Err(_) => in_flight.lock().ok().and_then(|token| token.clone()),
+            };
+            // Past the deadline with a statement on the server: ask the server to cancel it,
+            // and wait for its answer to the statement, within Timeouts::CANCEL. Waiting
+            // matters behind a pooler, which forwards a cancel only while the client's session
+            // exists; and the answer may be that the statement committed just before, which
+            // is then the truthful one to give. `attempts` sends nothing more past the
+            // deadline.
+            match token {
+                Some(token) => tokio::time::timeout(Timeouts::CANCEL, async {
+                    self.settings.cancel(&token).await;
+                    attempts.as_mut().await
+                })
+                .await
+                .ok(),
+                None => None,
             }
+        };
+        // Whatever the connection was doing, it is not trusted again: dropping it aborts its
+        // task, so nothing queued on it can reach the server afterwards.
+        slot.take();
+        match answered {
+            Some(Ok(finished)) => Ok(finished),
+            _ => Err(DeliveryError::TimedOut),
         }
     }
 
@@ -662,10 +754,14 @@ impl Database {
         slot: &mut Option<Connection>,
         claim: &Claim<'_>,
         effect: Option<&Effect>,
-        in_flight: &mut bool,
+        deadline: tokio::time::Instant,
+        in_flight: &std::sync::Mutex<Option<tokio_postgres::CancelToken>>,
     ) -> Result<Finished, DeliveryError> {
         let mut retried = false;
         loop {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeliveryError::TimedOut);
+            }
             let connection = match slot.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
                 None => {
@@ -678,9 +774,12 @@ impl Database {
                 }
             };
             let connection = slot.insert(connection);
-            *in_flight = true;
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeliveryError::TimedOut);
+            }
+            set(in_flight, Some(connection.cancel_token()));
             let outcome = pipeline::run(connection, claim, effect).await;
-            *in_flight = false;
+            set(in_flight, None);
             match outcome {
                 Ok(finished) => return Ok(finished),
                 Err(error) if connection_lost(&error) => {
