@@ -447,15 +447,30 @@ async fn drive<F: std::future::Future>(connection: F) {
 /// An open connection: the client, and the task that drives its socket. Dropping it aborts
 /// the task, which closes the socket at once: nothing still queued on the client can reach the
 /// server afterwards.
-#[derive(Debug)]
 pub struct Connection {
     client: Client,
     task: tokio::task::JoinHandle<()>,
+    /// Made once per connection: a delivery marks it in flight with a reference count, not a
+    /// copy of the socket settings.
+    cancel: Arc<tokio_postgres::CancelToken>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Connection {
     fn new(client: Client, task: tokio::task::JoinHandle<()>) -> Self {
-        Self { client, task }
+        let cancel = Arc::new(client.cancel_token());
+        Self {
+            client,
+            task,
+            cancel,
+        }
     }
 }
 
@@ -755,7 +770,7 @@ impl Database {
         claim: &Claim<'_>,
         effect: Option<&Effect>,
         deadline: tokio::time::Instant,
-        in_flight: &std::sync::Mutex<Option<tokio_postgres::CancelToken>>,
+        in_flight: &std::sync::Mutex<Option<Arc<tokio_postgres::CancelToken>>>,
     ) -> Result<Finished, DeliveryError> {
         let mut retried = false;
         loop {
@@ -777,7 +792,7 @@ impl Database {
             if tokio::time::Instant::now() >= deadline {
                 return Err(DeliveryError::TimedOut);
             }
-            set(in_flight, Some(connection.cancel_token()));
+            set(in_flight, Some(Arc::clone(&connection.cancel)));
             let outcome = pipeline::run(connection, claim, effect).await;
             set(in_flight, None);
             match outcome {

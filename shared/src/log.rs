@@ -54,11 +54,15 @@ impl Level {
 impl From<&str> for Level {
     /// `"debug"`, `"info"`, `"warn"`, `"error"`, in any case; anything else is `Info`.
     fn from(name: &str) -> Self {
-        match name.to_ascii_lowercase().as_str() {
-            "debug" | "trace" => Level::Debug,
-            "warn" | "warning" => Level::Warn,
-            "error" | "fatal" => Level::Error,
-            _ => Level::Info,
+        let is = |names: &[&str]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
+        if is(&["debug", "trace"]) {
+            Level::Debug
+        } else if is(&["warn", "warning"]) {
+            Level::Warn
+        } else if is(&["error", "fatal"]) {
+            Level::Error
+        } else {
+            Level::Info
         }
     }
 }
@@ -232,18 +236,23 @@ impl Log {
         if !self.enabled(level) {
             return;
         }
-        let invocation = match INVOCATION.lock() {
-            Ok(current) => current.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+        // Serialised under the lock rather than cloned out of it: a process serves one
+        // invocation at a time, so nothing waits, and the line costs no copy of the ids.
+        let line = {
+            let invocation = match INVOCATION.lock() {
+                Ok(current) => current,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            serde_json::to_string(&Line {
+                timestamp: rfc3339_millis(SystemTime::now()),
+                level: level.as_str(),
+                message,
+                process: &self.process,
+                invocation: &invocation,
+                fields,
+            })
         };
-        if let Ok(line) = serde_json::to_string(&Line {
-            timestamp: rfc3339_millis(SystemTime::now()),
-            level: level.as_str(),
-            message,
-            process: &self.process,
-            invocation: &invocation,
-            fields,
-        }) {
+        if let Ok(line) = line {
             (self.sink)(&line);
         }
     }

@@ -176,16 +176,14 @@ impl<P: Provider> Receiver<P> {
 
     /// Logs the reconnects the last delivery made, with the `Reconnects` metric: a proxy that
     /// drops idle connections, a failover, or a database that went away shows here.
-    fn report_reconnects(&self, event_id: Option<&str>) {
+    fn report_reconnects(&self, event_id: &str) {
         let reconnects = self.database.take_reconnects();
         if reconnects == 0 {
             return;
         }
         let mut fields = Map::new();
         fields.insert("provider".into(), self.provider.name().into());
-        if let Some(id) = event_id {
-            fields.insert("event_id".into(), id.into());
-        }
+        fields.insert("event_id".into(), event_id.into());
         let metric = metrics::Metric {
             name: "Reconnects",
             unit: "Count",
@@ -249,8 +247,8 @@ impl<P: Provider> Receiver<P> {
             metrics: metrics::Delivery::new(self.provider.name(), disposition, latency_ms),
         };
         let level = match delivery.disposition {
-            Disposition::Error => "error",
-            _ => "info",
+            Disposition::Error => Level::Error,
+            _ => Level::Info,
         };
         self.log.write(level, "delivery", &line);
         delivery.disposition.into_response()
@@ -305,7 +303,7 @@ impl<P: Provider> Receiver<P> {
         };
         let effect = self.provider.effect(&parsed);
         let outcome = self.database.deliver(&claim, effect.as_ref()).await;
-        self.report_reconnects(Some(&parsed.event_id));
+        self.report_reconnects(&parsed.event_id);
         let (disposition, error) = match outcome {
             Ok(Finished::Processed) => (Disposition::Processed, None),
             Ok(Finished::Ignored) => (Disposition::Ignored, None),
