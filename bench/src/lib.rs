@@ -1,7 +1,61 @@
 //! Shared pieces of the benchmarks: event bodies shaped like real Stripe payloads, and
 //! readings of this process's CPU time and peak memory.
 
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use claimonce::verify::timestamp_v1;
+use claimonce_local::postgres::{Options, Postgres};
 use serde_json::{Value, json};
+
+/// The Stripe signing secret every benchmark's function and deliveries use.
+pub const SECRET: &str = "whsec_bench";
+
+/// The API Gateway (HTTP API v2) event of a POST of `body` to `/webhooks/stripe`, as API
+/// Gateway sends it: signed now with [`SECRET`], or, when `signed` is false, with a signature
+/// that matches nothing.
+pub fn stripe_event(body: &[u8], signed: bool) -> String {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let v1 = if signed {
+        timestamp_v1::sign(SECRET, t, body)
+    } else {
+        "0".repeat(64)
+    };
+    json!({
+        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "stripe-signature": format!("t={t},v1={v1}")},
+        "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench",
+            "domainPrefix": "bench", "http": {"method": "POST", "path": "/webhooks/stripe",
+            "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
+            "requestId": "bench", "routeKey": "POST /webhooks/stripe", "stage": "$default",
+            "time": "", "timeEpoch": 0},
+        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
+    })
+    .to_string()
+}
+
+/// A private PostgreSQL in `dir` (emptied first) with the project's migrations applied to its
+/// `postgres` database, and that database's URL.
+pub async fn migrated_postgres(dir: &Path) -> Result<(Postgres, String), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    let dir = dir.to_path_buf();
+    let pg = tokio::task::spawn_blocking(move || Postgres::start(&dir, &Options::default()))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("PostgreSQL: {e}"))?;
+    let url = pg.url("postgres");
+    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    claimonce::migrate::apply(&mut client, claimonce_local::migrations::ALL)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((pg, url))
+}
 
 /// A `checkout.session.completed` body about the size Stripe sends (~2 KiB).
 pub fn checkout(id: &str, customer: &str) -> Vec<u8> {

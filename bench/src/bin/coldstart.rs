@@ -8,32 +8,10 @@
 //! ```
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use claimonce::verify::timestamp_v1;
-use claimonce_bench::{checkout, peak_rss_kib};
-use claimonce_local::postgres::{Options, Postgres};
+use claimonce_bench::{SECRET, checkout, migrated_postgres, peak_rss_kib, stripe_event};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
-use serde_json::json;
-
-const SECRET: &str = "whsec_bench";
-
-fn event(body: &[u8]) -> String {
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let signature = format!("t={t},v1={}", timestamp_v1::sign(SECRET, t, body));
-    json!({
-        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
-        "rawQueryString": "", "headers": {"stripe-signature": signature},
-        "requestContext": {"http": {"method": "POST", "path": "/webhooks/stripe", "protocol": "HTTP/1.1",
-            "sourceIp": "127.0.0.1", "userAgent": "bench"}, "accountId": "1", "apiId": "b",
-            "domainName": "b", "domainPrefix": "b", "requestId": "r", "routeKey": "POST /webhooks/stripe",
-            "stage": "$default", "time": "", "timeEpoch": 0},
-        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
-    })
-    .to_string()
-}
 
 const USAGE: &str = "usage: coldstart [--runs 11] [--deliveries 500]
   --runs N          cold starts to measure (the median is reported)
@@ -77,35 +55,23 @@ async fn main() -> std::process::ExitCode {
         );
         return std::process::ExitCode::FAILURE;
     }
-    let dir = root.join("target/claimonce-coldstart");
-    let _ = std::fs::remove_dir_all(&dir);
-    let pg = match tokio::task::spawn_blocking(move || Postgres::start(&dir, &Options::default()))
-        .await
-    {
-        Ok(Ok(pg)) => pg,
-        other => {
-            eprintln!("coldstart: PostgreSQL: {other:?}");
+    let (_pg, url) = match migrated_postgres(&root.join("target/claimonce-coldstart")).await {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("coldstart: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let url = pg.url("postgres");
-    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    claimonce::migrate::apply(&mut client, claimonce_local::migrations::ALL)
-        .await
-        .expect("migrate");
 
     let mut cold = Vec::new();
     let mut peak = 0;
     let mut failures = 0;
     for run in 0..runs {
         let api = RuntimeApi::start("stripe-webhook").await.expect("api");
-        let first = event(&checkout(
-            &format!("evt_cold_{run}"),
-            &format!("cus_cold_{run}"),
-        ));
+        let first = stripe_event(
+            &checkout(&format!("evt_cold_{run}"), &format!("cus_cold_{run}")),
+            true,
+        );
         let started = Instant::now();
         let mut child = api
             .command(
@@ -125,7 +91,10 @@ async fn main() -> std::process::ExitCode {
         if run == 0 {
             for n in 0..deliveries {
                 let body = checkout(&format!("evt_rss_{n}"), &format!("cus_rss_{}", n % 50));
-                if !ok(api.invoke(event(&body), Duration::from_secs(10)).await) {
+                if !ok(api
+                    .invoke(stripe_event(&body, true), Duration::from_secs(10))
+                    .await)
+                {
                     failures += 1;
                 }
             }

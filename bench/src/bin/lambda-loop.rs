@@ -13,36 +13,11 @@
 //! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--binary PATH]
 //! ```
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use claimonce::verify::timestamp_v1;
-use claimonce_bench::{checkout, invoice};
-use claimonce_local::postgres::{Options, Postgres};
+use claimonce_bench::{SECRET, checkout, invoice, migrated_postgres, stripe_event};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use serde_json::json;
-
-const SECRET: &str = "whsec_bench";
-
-fn event(body: &[u8], signed: bool) -> String {
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let signature = if signed {
-        format!("t={t},v1={}", timestamp_v1::sign(SECRET, t, body))
-    } else {
-        format!("t={t},v1={}", "0".repeat(64))
-    };
-    json!({
-        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
-        "rawQueryString": "", "headers": {"stripe-signature": signature},
-        "requestContext": {"http": {"method": "POST", "path": "/webhooks/stripe", "protocol": "HTTP/1.1",
-            "sourceIp": "127.0.0.1", "userAgent": "bench"}, "accountId": "1", "apiId": "b",
-            "domainName": "b", "domainPrefix": "b", "requestId": "r", "routeKey": "POST /webhooks/stripe",
-            "stage": "$default", "time": "", "timeEpoch": 0},
-        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
-    })
-    .to_string()
-}
 
 /// (run time in ns, voluntary context switches) of every thread of process `pid`.
 fn usage(pid: u32) -> (u64, u64) {
@@ -120,20 +95,23 @@ impl Kind {
     fn delivery(self, n: u64) -> (String, &'static [u8]) {
         match self {
             Kind::Rejected => (
-                event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false),
+                stripe_event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false),
                 b"400",
             ),
             Kind::NewCheckout => (
-                event(
+                stripe_event(
                     &checkout(&format!("evt_c_{n}"), &format!("cus_c_{n}")),
                     true,
                 ),
                 b"200",
             ),
             // Every copy of one event that a first delivery (below) already claimed.
-            Kind::Duplicate => (event(&invoice("evt_dup", "cus_dup", 1), true), b"200"),
+            Kind::Duplicate => (
+                stripe_event(&invoice("evt_dup", "cus_dup", 1), true),
+                b"200",
+            ),
             Kind::Credit => (
-                event(&invoice(&format!("evt_i_{n}"), "cus_i", 1), true),
+                stripe_event(&invoice(&format!("evt_i_{n}"), "cus_i", 1), true),
                 b"200",
             ),
             Kind::Ignored => {
@@ -141,7 +119,7 @@ impl Kind {
                     serde_json::to_vec(&json!({"id": format!("evt_x_{n}"), "object": "event",
                     "type": "charge.refunded", "created": 1, "data": {"object": {"id": "ch_1"}}}))
                     .unwrap_or_default();
-                (event(&body, true), b"200")
+                (stripe_event(&body, true), b"200")
             }
         }
     }
@@ -172,26 +150,13 @@ async fn main() -> std::process::ExitCode {
         "target/claimonce-lambda-loop-{}",
         std::process::id()
     ));
-    let _ = std::fs::remove_dir_all(&dir);
-    let pg_dir = dir.clone();
-    let pg =
-        match tokio::task::spawn_blocking(move || Postgres::start(&pg_dir, &Options::default()))
-            .await
-        {
-            Ok(Ok(pg)) => pg,
-            other => {
-                eprintln!("lambda-loop: PostgreSQL: {other:?}");
-                return std::process::ExitCode::FAILURE;
-            }
-        };
-    let url = pg.url("postgres");
-    let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    claimonce::migrate::apply(&mut client, claimonce_local::migrations::ALL)
-        .await
-        .expect("migrate");
+    let (pg, url) = match migrated_postgres(&dir).await {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("lambda-loop: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
 
     let api = RuntimeApi::start("stripe-webhook").await.expect("api");
     let mut child = api

@@ -14,19 +14,18 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
-use claimonce::verify::timestamp_v1;
 use claimonce::{Limits, Receiver};
-use claimonce_bench::{checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms};
+use claimonce_bench::{
+    SECRET, checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms, stripe_event,
+};
 use claimonce_local::postgres::{Options, Postgres, bin_dir};
-use serde_json::json;
 use stripe_webhook::Stripe;
 use tokio_postgres::{Client, NoTls};
 
-const SECRET: &str = "whsec_bench";
 const HOT_CUSTOMERS: u64 = 8;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -124,30 +123,6 @@ fn args(argv: impl IntoIterator<Item = String>) -> Result<Args, (String, u8)> {
     })
 }
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// The API Gateway v2 event for a signed delivery, as API Gateway would send it.
-fn event(body: &[u8]) -> String {
-    let t = now();
-    let signature = format!("t={t},v1={}", timestamp_v1::sign(SECRET, t, body));
-    json!({
-        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
-        "rawQueryString": "",
-        "headers": {"content-type": "application/json", "stripe-signature": signature},
-        "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench",
-            "domainPrefix": "bench", "http": {"method": "POST", "path": "/webhooks/stripe",
-            "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
-            "requestId": "bench", "routeKey": "POST /webhooks/stripe", "stage": "$default",
-            "time": "", "timeEpoch": 0},
-        "body": String::from_utf8_lossy(body), "isBase64Encoded": false
-    })
-    .to_string()
-}
-
 /// The body of delivery number `n` in `mode`, and the amount it credits.
 fn delivery(mode: Mode, run: &str, n: u64) -> (Vec<u8>, i64) {
     match mode {
@@ -217,7 +192,7 @@ fn prepare(mode: Mode, run: &str, count: u64) -> Vec<(String, Vec<u8>, i64)> {
     (0..count)
         .map(|n| {
             let (body, amount) = delivery(mode, run, n);
-            (event(&body), body, amount)
+            (stripe_event(&body, true), body, amount)
         })
         .collect()
 }
