@@ -1,0 +1,124 @@
+//! Why a connection or a delivery failed. Each error keeps its cause (`source()`), and its
+//! message never carries a password or event data.
+
+use crate::auth::AuthError;
+
+/// Why a connection could not be made.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The server refused, TLS verification failed, or authentication failed.
+    Failed(tokio_postgres::Error),
+    /// No credentials: an IAM token could not be made, or the secret could not be read.
+    Credentials(AuthError),
+    /// Nothing answered within the connect timeout.
+    TimedOut,
+}
+
+impl ConnectError {
+    /// True when the server refused the credentials (SQLSTATE class 28).
+    pub(super) fn refused_credentials(&self) -> bool {
+        matches!(self, ConnectError::Failed(e)
+            if e.as_db_error().is_some_and(|db| db.code().code().starts_with("28")))
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // tokio-postgres' messages name the failing step and its cause (for TLS, the
+            // certificate problem), never the password.
+            ConnectError::Failed(e) => {
+                write!(f, "connect failed: {e}")?;
+                let mut source = std::error::Error::source(e);
+                while let Some(cause) = source {
+                    write!(f, ": {cause}")?;
+                    source = cause.source();
+                }
+                Ok(())
+            }
+            ConnectError::Credentials(e) => write!(f, "connect failed: {e}"),
+            ConnectError::TimedOut => f.write_str("connect timed out"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Failed(e) => Some(e),
+            ConnectError::Credentials(e) => Some(e),
+            ConnectError::TimedOut => None,
+        }
+    }
+}
+
+/// Why a delivery's statement did not complete.
+#[derive(Debug)]
+pub enum DeliveryError {
+    /// No connection could be made.
+    Connect(ConnectError),
+    /// The statement failed: the server rolled it back, or the connection was lost after it
+    /// was sent and a retry was not possible.
+    Failed(tokio_postgres::Error),
+    /// The delivery did not finish before its deadline. The statement, if it was sent, was
+    /// cancelled on the server and the connection closed; whether it had committed first is
+    /// not known here (a retry answers duplicate if it had).
+    TimedOut,
+}
+
+impl DeliveryError {
+    /// A short, data-free description for logs: a category and, for database errors, the
+    /// SQLSTATE and constraint name (never the server's message, which can quote values).
+    pub fn summary(&self) -> String {
+        match self {
+            DeliveryError::Connect(e) => e.to_string(),
+            DeliveryError::TimedOut => "delivery timed out".into(),
+            DeliveryError::Failed(e) => match e.as_db_error() {
+                Some(db) => match db.constraint() {
+                    Some(c) => format!("sqlstate {} (constraint {c})", db.code().code()),
+                    None => format!("sqlstate {}", db.code().code()),
+                },
+                None if e.is_closed() => "connection closed".into(),
+                None if io_error(e) => "connection error".into(),
+                None => "a parameter could not be encoded".into(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeliveryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary())
+    }
+}
+
+impl std::error::Error for DeliveryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DeliveryError::Connect(e) => Some(e),
+            DeliveryError::Failed(e) => Some(e),
+            DeliveryError::TimedOut => None,
+        }
+    }
+}
+
+/// True when the error came from the socket (an I/O error) rather than from the server.
+pub(super) fn io_error(e: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// True when the error says the connection is gone (closed, killed by an administrator or a
+/// proxy, or the server restarting), as opposed to the statement failing.
+pub(super) fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || code.starts_with("57P")
+        }
+        None => io_error(e),
+    }
+}
+

@@ -1,0 +1,336 @@
+//! The database connection: settings from the environment, verified TLS through rustls, one
+//! connection per execution environment that is reused and re-made when found closed, and a
+//! bound on every wait.
+
+mod error;
+mod settings;
+mod tls;
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tokio_postgres::{Client, NoTls};
+
+use self::error::connection_lost;
+pub use self::error::{ConnectError, DeliveryError};
+pub use self::settings::{Settings, Timeouts};
+use crate::pipeline::{self, Claim, Effect, Finished};
+
+impl Settings {
+    /// Opens a connection within the connect timeout and drives it on its own task. With a
+    /// Secrets Manager secret, credentials the server refuses make it read the secret again,
+    /// once, and try again (the password was rotated since the secret was read).
+    pub async fn connect(&self) -> Result<Connection, ConnectError> {
+        match self.connect_once().await {
+            Err(e) if e.refused_credentials() => match self.reread_secret().await {
+                Ok(true) => self.connect_once().await,
+                Ok(false) => Err(e),
+                Err(auth) => Err(ConnectError::Credentials(auth)),
+            },
+            other => other,
+        }
+    }
+
+    async fn connect_once(&self) -> Result<Connection, ConnectError> {
+        let connecting = async {
+            let config = self.connection_config().await?;
+            let (client, task) = match self.tls() {
+                Some(tls) => {
+                    let (client, connection) = config
+                        .connect(tls.clone())
+                        .await
+                        .map_err(ConnectError::Failed)?;
+                    (client, tokio::spawn(drive(connection)))
+                }
+                None => {
+                    let (client, connection) =
+                        config.connect(NoTls).await.map_err(ConnectError::Failed)?;
+                    (client, tokio::spawn(drive(connection)))
+                }
+            };
+            Ok(Connection::new(client, task))
+        };
+        tokio::time::timeout(self.timeouts().connect, connecting)
+            .await
+            .unwrap_or(Err(ConnectError::TimedOut))
+    }
+
+    /// Asks the server to cancel whatever the connection `token` belongs to is running.
+    /// Returns true when the request was delivered (the server does not say whether a
+    /// statement was running).
+    ///
+    /// tokio-postgres' own `cancel_query` closes its socket as soon as the request is written;
+    /// PostgreSQL acts on it anyway, but a pooler (PgBouncer, and so possibly RDS Proxy) drops
+    /// a cancel whose client has gone before the cancel was forwarded. So the request goes
+    /// over a socket of ours that, once written, waits for the other end to close, as libpq
+    /// does.
+    async fn cancel(&self, token: &tokio_postgres::CancelToken) -> bool {
+        let host = self.host();
+        let port = self.port();
+        let Ok(socket) = tokio::net::TcpStream::connect((host.as_str(), port)).await else {
+            return false;
+        };
+        let stream = UntilClosed(socket);
+        match self.tls() {
+            Some(tls) => {
+                let mut make = tls.clone();
+                match tokio_postgres::tls::MakeTlsConnect::<UntilClosed>::make_tls_connect(
+                    &mut make, &host,
+                ) {
+                    Ok(connect) => token.cancel_query_raw(stream, connect).await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+            None => token.cancel_query_raw(stream, NoTls).await.is_ok(),
+        }
+    }
+}
+
+/// A TCP stream whose shutdown waits for the other end to close instead of closing first:
+/// what was written has then been read and acted on. Reads during that wait are discarded.
+struct UntilClosed(tokio::net::TcpStream);
+
+impl tokio::io::AsyncRead for UntilClosed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for UntilClosed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        use tokio::io::AsyncRead;
+        // No FIN of ours first: a pooler reads the end of our side as the client going away
+        // and gives up on the cancel (PgBouncer 1.18 even crashes on it). The other end
+        // closes once it has the request; the socket closes when this stream is dropped.
+        let mut scratch = [0u8; 64];
+        loop {
+            let mut buf = tokio::io::ReadBuf::new(&mut scratch);
+            match std::pin::Pin::new(&mut self.0).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {}
+                // Reset by the other end: it has read the request and gone.
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// Drives a connection's socket until it closes. Its outcome is seen by the client's next
+/// request (`Error::is_closed`), so it is not reported here.
+async fn drive<F: std::future::Future>(connection: F) {
+    let _ = connection.await;
+}
+
+/// An open connection: the client, and the task that drives its socket. Dropping it aborts
+/// the task, which closes the socket at once: nothing still queued on the client can reach the
+/// server afterwards.
+pub struct Connection {
+    client: Client,
+    task: tokio::task::JoinHandle<()>,
+    /// Made once per connection: a delivery marks it in flight with a reference count, not a
+    /// copy of the socket settings.
+    cancel: Arc<tokio_postgres::CancelToken>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    fn new(client: Client, task: tokio::task::JoinHandle<()>) -> Self {
+        let cancel = Arc::new(client.cancel_token());
+        Self {
+            client,
+            task,
+            cancel,
+        }
+    }
+}
+
+impl std::ops::Deref for Connection {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Connection {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn set<T>(slot: &std::sync::Mutex<T>, value: T) {
+    match slot.lock() {
+        Ok(mut current) => *current = value,
+        Err(poisoned) => *poisoned.into_inner() = value,
+    }
+}
+
+/// One execution environment's connection: made at cold start, reused by every invocation,
+/// replaced when it is found closed.
+#[derive(Debug)]
+pub struct Database {
+    settings: Settings,
+    connection: Mutex<Option<Connection>>,
+    /// Connections made by deliveries (the one made at cold start is not counted): each one
+    /// replaced a connection found closed or lost.
+    reconnects: std::sync::atomic::AtomicU64,
+}
+
+impl Database {
+    /// A database handle with no connection yet.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            connection: Mutex::new(None),
+            reconnects: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Connections deliveries made since the last call, and starts counting again: what the
+    /// delivery just finished reports as its `Reconnects` metric.
+    pub fn take_reconnects(&self) -> u64 {
+        self.reconnects
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Connects now (at cold start), so the first delivery does not pay for it. A failure is
+    /// returned for logging; the next delivery tries again.
+    pub async fn warm_up(&self) -> Result<(), ConnectError> {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_none_or(|c| c.is_closed()) {
+            *slot = Some(self.settings.connect().await?);
+        }
+        Ok(())
+    }
+
+    /// Runs one delivery's statement: the claim, and `effect` if the claim is won.
+    ///
+    /// One deadline (`DB_DELIVERY_TIMEOUT_MS`) covers the whole delivery. If the connection
+    /// turns out to be lost (a proxy idle timeout, a failover, an administrator), it reconnects
+    /// once and sends the statement again. That is safe because the claim is idempotent: if the
+    /// first attempt did commit, the second finds the claim taken and answers duplicate. When
+    /// the deadline passes with the statement sent, the statement is cancelled on the server
+    /// and the connection closed.
+    pub async fn deliver(
+        &self,
+        claim: &Claim<'_>,
+        effect: Option<&Effect>,
+    ) -> Result<Finished, DeliveryError> {
+        let mut slot = self.connection.lock().await;
+        let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
+        // The cancel key of the connection a statement is in flight on, while it is.
+        let in_flight = std::sync::Mutex::new(None);
+        let answered = {
+            let attempts = self.attempts(&mut slot, claim, effect, deadline, &in_flight);
+            tokio::pin!(attempts);
+            let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
+                Ok(outcome) => return outcome,
+                Err(_) => in_flight.lock().ok().and_then(|token| token.clone()),
+            };
+            // Past the deadline with a statement on the server: ask the server to cancel it,
+            // and wait for its answer to the statement, within Timeouts::CANCEL. Waiting
+            // matters behind a pooler, which forwards a cancel only while the client's session
+            // exists; and the answer may be that the statement committed just before, which
+            // is then the truthful one to give. `attempts` sends nothing more past the
+            // deadline.
+            match token {
+                Some(token) => tokio::time::timeout(Timeouts::CANCEL, async {
+                    self.settings.cancel(&token).await;
+                    attempts.as_mut().await
+                })
+                .await
+                .ok(),
+                None => None,
+            }
+        };
+        // Whatever the connection was doing, it is not trusted again: dropping it aborts its
+        // task, so nothing queued on it can reach the server afterwards.
+        slot.take();
+        match answered {
+            Some(Ok(finished)) => Ok(finished),
+            _ => Err(DeliveryError::TimedOut),
+        }
+    }
+
+    async fn attempts(
+        &self,
+        slot: &mut Option<Connection>,
+        claim: &Claim<'_>,
+        effect: Option<&Effect>,
+        deadline: tokio::time::Instant,
+        in_flight: &std::sync::Mutex<Option<Arc<tokio_postgres::CancelToken>>>,
+    ) -> Result<Finished, DeliveryError> {
+        let mut retried = false;
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeliveryError::TimedOut);
+            }
+            let connection = match slot.take().filter(|c| !c.is_closed()) {
+                Some(connection) => connection,
+                None => {
+                    self.reconnects
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.settings
+                        .connect()
+                        .await
+                        .map_err(DeliveryError::Connect)?
+                }
+            };
+            let connection = slot.insert(connection);
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeliveryError::TimedOut);
+            }
+            set(in_flight, Some(Arc::clone(&connection.cancel)));
+            let outcome = pipeline::run(connection, claim, effect).await;
+            set(in_flight, None);
+            match outcome {
+                Ok(finished) => return Ok(finished),
+                Err(error) if connection_lost(&error) => {
+                    *slot = None;
+                    if retried {
+                        return Err(DeliveryError::Failed(error));
+                    }
+                    retried = true;
+                }
+                Err(error) => return Err(DeliveryError::Failed(error)),
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! TLS for the database connection: which `sslmode` values are accepted, the root
+//! certificates trusted, and the rustls connector built from them.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::config::ConfigError;
+
+/// Rewrites `sslmode` to a value tokio-postgres understands, and returns the mode we enforce.
+pub(super) fn normalize_sslmode(url: &str) -> Result<(String, SslMode), ConfigError> {
+    let Some(start) = url.find("sslmode=") else {
+        return Ok((url.to_owned(), SslMode::Require));
+    };
+    let value_start = start + "sslmode=".len();
+    let rest = url.get(value_start..).unwrap_or("");
+    let len = rest
+        .find(|c: char| c == '&' || c.is_whitespace())
+        .unwrap_or(rest.len());
+    let value = rest.get(..len).unwrap_or("");
+    let mode = match value {
+        "disable" => SslMode::Disable,
+        "require" | "verify-ca" | "verify-full" => SslMode::Require,
+        "prefer" | "allow" => {
+            return Err(ConfigError(format!(
+                "sslmode={value} may fall back to an unencrypted connection; use sslmode=require \
+                 (verified TLS) or sslmode=disable (local development only)"
+            )));
+        }
+        _ => return Err(ConfigError("sslmode has an unknown value".into())),
+    };
+    let replacement = if mode == SslMode::Disable {
+        "disable"
+    } else {
+        "require"
+    };
+    let mut out = String::with_capacity(url.len());
+    out.push_str(url.get(..value_start).unwrap_or(""));
+    out.push_str(replacement);
+    out.push_str(rest.get(len..).unwrap_or(""));
+    Ok((out, mode))
+}
+
+/// A rustls connector that verifies the server's certificate chain and host name against
+/// `root_cert` (a PEM bundle) when given, otherwise against the public web roots.
+pub(super) fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, ConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match root_cert {
+        Some(path) => {
+            let bad =
+                || ConfigError("PGSSLROOTCERT is not a readable PEM certificate bundle".into());
+            for cert in CertificateDer::pem_file_iter(path).map_err(|_| bad())? {
+                roots.add(cert.map_err(|_| bad())?).map_err(|_| bad())?;
+            }
+            if roots.is_empty() {
+                return Err(bad());
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| ConfigError("TLS protocol versions unavailable".into()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(url: &str) -> Result<(String, SslMode), ConfigError> {
+        normalize_sslmode(url)
+    }
+
+    #[test]
+    fn sslmode_defaults_to_verified_and_never_prefers() {
+        assert_eq!(mode("postgres://h/db").map(|m| m.1), Ok(SslMode::Require));
+        assert_eq!(
+            mode("postgres://h/db?sslmode=verify-full&x=1"),
+            Ok((
+                "postgres://h/db?sslmode=require&x=1".into(),
+                SslMode::Require
+            ))
+        );
+        assert_eq!(
+            mode("host=h sslmode=disable").map(|m| m.1),
+            Ok(SslMode::Disable)
+        );
+        assert!(mode("postgres://h/db?sslmode=prefer").is_err());
+        assert!(mode("postgres://h/db?sslmode=allow").is_err());
+        assert!(mode("postgres://h/db?sslmode=bogus").is_err());
+    }
+}
