@@ -122,3 +122,64 @@ pub(super) fn connection_lost(e: &tokio_postgres::Error) -> bool {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::str::FromStr;
+
+    use super::*;
+
+    /// A real driver error, made without a server: a connection string it cannot parse.
+    fn driver_error() -> tokio_postgres::Error {
+        tokio_postgres::Config::from_str("host=h port=notaport").expect_err("bad port")
+    }
+
+    /// True when `source` is the very error `inner`, not merely one of its type.
+    fn is<T: std::error::Error + 'static>(
+        source: Option<&(dyn std::error::Error + 'static)>,
+        inner: &T,
+    ) -> bool {
+        source
+            .and_then(|s| s.downcast_ref::<T>())
+            .is_some_and(|s| std::ptr::eq(s, inner))
+    }
+
+    #[test]
+    fn a_connect_error_keeps_its_cause() {
+        let failed = ConnectError::Failed(driver_error());
+        let ConnectError::Failed(inner) = &failed else {
+            unreachable!()
+        };
+        assert!(is(failed.source(), inner), "{failed:?}");
+
+        let credentials = ConnectError::Credentials(AuthError("no token".into()));
+        let ConnectError::Credentials(inner) = &credentials else {
+            unreachable!()
+        };
+        assert!(is(credentials.source(), inner), "{credentials:?}");
+
+        assert!(ConnectError::TimedOut.source().is_none());
+    }
+
+    #[test]
+    fn a_delivery_error_keeps_its_cause() {
+        let connect = DeliveryError::Connect(ConnectError::Credentials(AuthError("x".into())));
+        let DeliveryError::Connect(inner) = &connect else {
+            unreachable!()
+        };
+        assert!(is(connect.source(), inner), "{connect:?}");
+        // And the cause's own cause, one level further down.
+        let ConnectError::Credentials(auth) = inner else {
+            unreachable!()
+        };
+        assert!(is(connect.source().and_then(|s| s.source()), auth));
+
+        let failed = DeliveryError::Failed(driver_error());
+        let DeliveryError::Failed(inner) = &failed else {
+            unreachable!()
+        };
+        assert!(is(failed.source(), inner), "{failed:?}");
+
+        assert!(DeliveryError::TimedOut.source().is_none());
+    }
+}
