@@ -23,7 +23,11 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::receiver::{Provider, Receiver};
+use crate::config::ConfigError;
+use crate::db::Database;
+use crate::log::Log;
+use crate::provider::Provider;
+use crate::receiver::{ApiRequestId, Limits, Receiver};
 use crate::response::{Problem, Rejection};
 
 /// The most header lines an event may carry (a name with several values counts once per
@@ -66,8 +70,6 @@ struct Context<'a> {
 
 /// API Gateway's request id, carried in the request's extensions to the delivery's log line.
 #[derive(Debug, Clone)]
-pub(crate) struct ApiRequestId(pub(crate) String);
-
 #[derive(Deserialize)]
 struct HttpContext<'a> {
     #[serde(borrow)]
@@ -353,4 +355,26 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
         }
         other => other,
     }
+}
+
+/// The whole of a provider function's `main`: build the provider and the receiver from the
+/// environment, connect, and serve. A configuration error is logged as one line (naming the
+/// variable, never its value) and ends the process before it takes any request.
+pub async fn run_from_env<P: Provider>(
+    provider: impl FnOnce() -> Result<P, ConfigError>,
+) -> Result<(), lambda_http::Error> {
+    let log = Log::stdout();
+    let built = async {
+        let provider = provider()?;
+        let limits = Limits::from_env()?;
+        let settings = crate::db::Settings::from_env().await?;
+        Ok::<_, ConfigError>(Receiver::new(
+            provider,
+            Database::new(settings),
+            limits,
+            log.clone(),
+        ))
+    }
+    .await;
+    serve(log.config(built)?).await
 }

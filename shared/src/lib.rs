@@ -12,14 +12,17 @@ pub mod log;
 pub mod metrics;
 pub mod migrate;
 pub mod pipeline;
+pub mod provider;
 pub mod receiver;
 pub mod response;
 pub mod scheduled;
+pub mod timestamp;
 pub mod verify;
 
-pub use lambda::serve;
+pub use lambda::{run_from_env, serve};
 pub use pipeline::{Effect, Param};
-pub use receiver::{Admitted, Limits, Parsed, Provider, Receiver, run_from_env};
+pub use provider::{EventId, Parsed, Provider, Signed, Unsigned};
+pub use receiver::{Admitted, Limits, Receiver};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].
 pub use tokio_postgres::types::Type;

@@ -21,6 +21,8 @@ use std::fmt::Write as _;
 use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::response::{Problem, Rejection};
+
 /// One argument of an effect, with its PostgreSQL type.
 pub struct Param {
     value: Box<dyn ToSql + Send + Sync>,
@@ -52,17 +54,71 @@ impl std::fmt::Debug for Param {
 pub struct Effect {
     function: &'static str,
     params: Vec<Param>,
+    /// The claim's provider and event id are passed first (`$1, $2`).
+    with_claim: bool,
 }
+
+/// The function [`Effect::forward`] calls (migration V8): it inserts the event into the
+/// outbox, tagged with the claim's provider and event id.
+pub const FORWARD_FUNCTION: &str = "claimonce_forward_v1";
 
 impl Effect {
     /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
     pub fn call(function: &'static str, params: Vec<Param>) -> Self {
-        Self { function, params }
+        Self {
+            function,
+            params,
+            with_claim: false,
+        }
+    }
+
+    /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
+    /// queue: "verified, exactly once, onto a queue", with no table of the provider's own.
+    pub fn forward(topic: String, event: Forwardable) -> Self {
+        Self {
+            function: FORWARD_FUNCTION,
+            params: vec![
+                Param::new(topic, Type::TEXT),
+                Param::new(event.0, Type::TEXT),
+            ],
+            with_claim: true,
+        }
     }
 
     /// The function's name.
     pub fn function(&self) -> &'static str {
         self.function
+    }
+}
+
+/// A signed body the outbox can store as `jsonb`: UTF-8 JSON with no NUL in any string
+/// (PostgreSQL's `jsonb` refuses `\u0000`, and a signed event it refused would be answered 500
+/// and retried forever).
+#[derive(Debug, Clone)]
+pub struct Forwardable(String);
+
+impl Forwardable {
+    /// Checks `body`; a refusal is a 400 (`invalid-payload`).
+    pub fn new(body: &[u8]) -> Result<Self, Rejection> {
+        fn holds_nul(value: &serde_json::Value) -> bool {
+            use serde_json::Value;
+            match value {
+                Value::String(s) => s.contains('\0'),
+                Value::Array(items) => items.iter().any(holds_nul),
+                Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+                _ => false,
+            }
+        }
+        let invalid = |detail| Rejection::new(Problem::InvalidPayload, detail);
+        let text = std::str::from_utf8(body).map_err(|_| invalid("the body is not UTF-8"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|_| invalid("the body is not JSON"))?;
+        if holds_nul(&value) {
+            return Err(invalid(
+                "the body carries a NUL character, which cannot be stored",
+            ));
+        }
+        Ok(Self(text.to_owned()))
     }
 }
 
@@ -102,9 +158,14 @@ pub fn statement(effect: Option<&Effect>) -> String {
     if let Some(effect) = effect {
         // Writing into a String cannot fail.
         let _ = write!(sql, ", CASE WHEN c.won THEN {}(", effect.function);
+        let mut sep = "";
+        if effect.with_claim {
+            sql.push_str("$1, $2");
+            sep = ", ";
+        }
         for i in 0..effect.params.len() {
-            let sep = if i == 0 { "" } else { ", " };
             let _ = write!(sql, "{sep}${}", CLAIM_PARAMS + 1 + i);
+            sep = ", ";
         }
         sql.push_str(") END");
     }
@@ -174,5 +235,32 @@ mod tests {
             "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN stripe_credit_v1($5, $6, $7) END \
              FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
         );
+    }
+
+    #[test]
+    fn a_forward_passes_the_claims_identity_then_the_topic_and_the_body() {
+        let body = Forwardable::new(br#"{"zen":"Keep it logically awesome."}"#).expect("JSON");
+        assert_eq!(
+            statement(Some(&Effect::forward("github.ping".into(), body))),
+            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
+             claimonce_forward_v1($1, $2, $5, $6) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+        );
+    }
+
+    #[test]
+    fn only_json_the_outbox_can_store_is_forwardable() {
+        assert!(Forwardable::new(br#"{"a":[1,"\u00e9",{"b":null}]}"#).is_ok());
+        for bad in [
+            &b"not json"[..],
+            b"{\"a\":\"\xff\"}",
+            br#"{"a":"x\u0000y"}"#,
+            br#"{"a":[{"b":"\u0000"}]}"#,
+            br#"{"\u0000":1}"#,
+        ] {
+            assert_eq!(
+                Forwardable::new(bad).expect_err("refused").problem,
+                Problem::InvalidPayload
+            );
+        }
     }
 }

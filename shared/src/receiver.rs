@@ -13,43 +13,14 @@ use crate::config::{self, ConfigError};
 use crate::db::Database;
 use crate::log::{Level, Log};
 use crate::metrics;
-use crate::pipeline::{Claim, Effect, Finished};
+use crate::pipeline::{Claim, Finished};
+use crate::provider::{EventId, Parsed, Provider, Signed, Unsigned};
 use crate::response::{Disposition, Problem, Rejection};
-use crate::verify::{Verified, Verify};
 
-/// Longest event id accepted as a ledger key.
-pub const MAX_EVENT_ID_LEN: usize = 255;
-
-/// A signed body, parsed: its identity in the ledger and the provider's event.
-#[derive(Debug)]
-pub struct Parsed<E> {
-    /// The dedup key within the provider.
-    pub event_id: String,
-    /// The provider's event type, for the ledger and the logs.
-    pub event_type: String,
-    /// Whatever the provider's effect needs.
-    pub event: E,
-}
-
-/// What a provider contributes: how to verify, how to read the event, what the event does.
-pub trait Provider: Send + Sync + 'static {
-    /// The provider's event, as its effect needs it.
-    type Event: Send + Sync;
-
-    /// The ledger namespace (`processed_events.provider`).
-    fn name(&self) -> &'static str;
-
-    /// The configured signature verifier.
-    fn verifier(&self) -> &dyn Verify;
-
-    /// Reads a verified body. `verified` carries what the signed headers said.
-    fn parse(&self, verified: &Verified, body: &[u8]) -> Result<Parsed<Self::Event>, Rejection>;
-
-    /// The event's effect: a call of one of the provider's effect functions, which runs only if
-    /// this delivery wins the claim, in the claim's transaction. `None` for an event that has
-    /// no effect (claimed and answered "ignored").
-    fn effect(&self, event: &Parsed<Self::Event>) -> Option<Effect>;
-}
+/// API Gateway's id for the request (`requestContext.requestId`), as the Lambda boundary
+/// read it: the delivery's log line carries it, as API Gateway's access log does.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiRequestId(pub(crate) String);
 
 /// Limits on what is accepted before any work is done.
 #[derive(Debug, Clone)]
@@ -87,8 +58,9 @@ pub struct Receiver<P> {
 }
 
 struct Delivery {
-    event_id: Option<String>,
+    event_id: Option<EventId>,
     event_type: Option<String>,
+    delivery_id: Option<EventId>,
     disposition: Disposition,
     error: Option<String>,
 }
@@ -104,6 +76,9 @@ struct DeliveryLine<'a> {
     event_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     event_type: Option<&'a str>,
+    /// The sender's id of this delivery attempt, when it is not the event id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_id: Option<&'a str>,
     disposition: &'a str,
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -120,6 +95,7 @@ impl Delivery {
         Self {
             event_id: None,
             event_type: None,
+            delivery_id: None,
             disposition: Disposition::Rejected(rejection),
             error: None,
         }
@@ -176,14 +152,14 @@ impl<P: Provider> Receiver<P> {
 
     /// Logs the reconnects the last delivery made, with the `Reconnects` metric: a proxy that
     /// drops idle connections, a failover, or a database that went away shows here.
-    fn report_reconnects(&self, event_id: &str) {
+    fn report_reconnects(&self, event_id: &EventId) {
         let reconnects = self.database.take_reconnects();
         if reconnects == 0 {
             return;
         }
         let mut fields = Map::new();
         fields.insert("provider".into(), self.provider.name().into());
-        fields.insert("event_id".into(), event_id.into());
+        fields.insert("event_id".into(), event_id.as_str().into());
         let metric = metrics::Metric {
             name: "Reconnects",
             unit: "Count",
@@ -203,7 +179,7 @@ impl<P: Provider> Receiver<P> {
         let delivery = self.deliver(&request).await;
         let request_id = request
             .extensions()
-            .get::<crate::lambda::ApiRequestId>()
+            .get::<ApiRequestId>()
             .map(|id| id.0.as_str());
         self.finish(started, request_id, delivery)
     }
@@ -234,8 +210,9 @@ impl<P: Provider> Receiver<P> {
         let line = DeliveryLine {
             provider: self.provider.name(),
             request_id,
-            event_id: delivery.event_id.as_deref(),
+            event_id: delivery.event_id.as_ref().map(EventId::as_str),
             event_type: delivery.event_type.as_deref(),
+            delivery_id: delivery.delivery_id.as_ref().map(EventId::as_str),
             disposition,
             status: delivery.disposition.status().as_u16(),
             problem: match &delivery.disposition {
@@ -274,16 +251,14 @@ impl<P: Provider> Receiver<P> {
             .provider
             .verifier()
             .verify(request.headers(), body, now)?;
-        let parsed = self.provider.parse(&verified, body)?;
-        if parsed.event_id.is_empty() || parsed.event_id.len() > MAX_EVENT_ID_LEN {
-            return Err(Rejection::new(
-                Problem::InvalidPayload,
-                "the event id is empty or too long",
-            ));
-        }
+        let payload_sha256: [u8; 32] = Sha256::digest(body).into();
+        let parsed = self.provider.parse(
+            &Signed::new(body, &payload_sha256, &verified),
+            &Unsigned::new(request.headers()),
+        )?;
         Ok(Admitted {
             parsed,
-            payload_sha256: Sha256::digest(body).into(),
+            payload_sha256,
         })
     }
 
@@ -297,7 +272,7 @@ impl<P: Provider> Receiver<P> {
         };
         let claim = Claim {
             provider: self.provider.name(),
-            event_id: &parsed.event_id,
+            event_id: parsed.event_id.as_str(),
             event_type: &parsed.event_type,
             payload_sha256,
         };
@@ -325,6 +300,7 @@ impl<P: Provider> Receiver<P> {
         Delivery {
             event_id: Some(parsed.event_id),
             event_type: Some(parsed.event_type),
+            delivery_id: parsed.delivery_id,
             disposition,
             error,
         }
@@ -344,26 +320,4 @@ pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// The whole of a provider function's `main`: build the provider and the receiver from the
-/// environment, connect, and serve. A configuration error is logged as one line (naming the
-/// variable, never its value) and ends the process before it takes any request.
-pub async fn run_from_env<P: Provider>(
-    provider: impl FnOnce() -> Result<P, ConfigError>,
-) -> Result<(), lambda_http::Error> {
-    let log = Log::stdout();
-    let built = async {
-        let provider = provider()?;
-        let limits = Limits::from_env()?;
-        let settings = crate::db::Settings::from_env().await?;
-        Ok::<_, ConfigError>(Receiver::new(
-            provider,
-            Database::new(settings),
-            limits,
-            log.clone(),
-        ))
-    }
-    .await;
-    crate::lambda::serve(log.config(built)?).await
 }

@@ -240,7 +240,12 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
                     let won = !tx
                         .query(
                             NAIVE_CLAIM,
-                            &[&"stripe", &parsed.event_id, &parsed.event_type, &hash],
+                            &[
+                                &"stripe",
+                                &parsed.event_id.as_str(),
+                                &parsed.event_type,
+                                &hash,
+                            ],
                         )
                         .await
                         .expect("claim")

@@ -4,8 +4,10 @@
 
 use claimonce::config::{self, ConfigError};
 use claimonce::verify::timestamp_v1::TimestampV1;
-use claimonce::verify::{Verified, Verify, split_secrets};
-use claimonce::{Effect, Param, Parsed, Problem, Provider, Rejection, Type};
+use claimonce::verify::{Verify, split_secrets};
+use claimonce::{
+    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -199,18 +201,18 @@ pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
         }
         _ => StripeEvent::Other,
     };
-    refuse_nul(&envelope.id, &envelope.event_type, &event)?;
-    Ok(Parsed {
-        event_id: envelope.id,
-        event_type: envelope.event_type,
+    refuse_nul(&envelope.event_type, &event)?;
+    Ok(Parsed::new(
+        EventId::new(envelope.id)?,
+        envelope.event_type,
         event,
-    })
+    ))
 }
 
 /// PostgreSQL's `text` cannot hold U+0000 (JSON's `\u0000`): a stored string carrying one
 /// would fail the statement on every retry, so the signed body is refused as one that can
 /// never succeed.
-fn refuse_nul(event_id: &str, event_type: &str, event: &StripeEvent) -> Result<(), Rejection> {
+fn refuse_nul(event_type: &str, event: &StripeEvent) -> Result<(), Rejection> {
     let stored: [Option<&str>; 4] = match event {
         StripeEvent::CheckoutCompleted { customer, email } => {
             [Some(customer), email.as_deref(), None, None]
@@ -226,7 +228,7 @@ fn refuse_nul(event_id: &str, event_type: &str, event: &StripeEvent) -> Result<(
         } => [Some(id), customer.as_deref(), Some(status), None],
         StripeEvent::Other => [None; 4],
     };
-    let mut all = stored.into_iter().flatten().chain([event_id, event_type]);
+    let mut all = stored.into_iter().flatten().chain([event_type]);
     if all.any(|s| s.contains('\0')) {
         return Err(invalid(
             "the event carries a NUL character, which cannot be stored",
@@ -290,12 +292,16 @@ impl Provider for Stripe {
         &self.verifier
     }
 
-    fn parse(&self, _verified: &Verified, body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
-        parse_event(body)
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        _unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<StripeEvent>, Rejection> {
+        parse_event(signed.body())
     }
 
     fn effect(&self, event: &Parsed<StripeEvent>) -> Option<Effect> {
-        effect(&event.event_id, &event.event)
+        effect(event.event_id.as_str(), &event.event)
     }
 }
 
@@ -310,7 +316,7 @@ mod tests {
             "data":{"object":{"id":"in_1","object":"invoice","customer":"cus_1",
             "amount_paid":1500,"customer_email":null,"lines":{"data":[]}}}}"#;
         let parsed = parse_event(body).expect("valid event");
-        assert_eq!(parsed.event_id, "evt_1");
+        assert_eq!(parsed.event_id.as_str(), "evt_1");
         assert_eq!(
             parsed.event,
             StripeEvent::InvoicePaid {

@@ -7,14 +7,12 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::Mac;
 use http::HeaderMap;
 
-use super::{SigningKeys, Verified, Verify, keyed_mac, reject, within_tolerance};
+use super::{
+    MAX_SIGNATURES, SigningKeys, Verified, Verify, keyed_mac, reject, signature_header,
+    within_tolerance,
+};
+use crate::provider::EventId;
 use crate::response::{Problem, Rejection};
-
-/// Longest signature header we look at: a handful of entries is the real maximum.
-const MAX_HEADER_LEN: usize = 4096;
-/// Longest message id accepted; it becomes the ledger key.
-const MAX_ID_LEN: usize = 256;
-const MAX_SIGNATURES: usize = 8;
 
 /// The three headers, in one of the two accepted spellings.
 const SPELLINGS: [[&str; 3]; 2] = [
@@ -80,32 +78,17 @@ pub fn sign(secret: &str, id: &str, timestamp: u64, body: &[u8]) -> Result<Strin
     Ok(format!("v1,{}", STANDARD.encode(tag)))
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Rejection> {
-    let mut values = headers.get_all(name).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(reject(
-            Problem::MalformedSignature,
-            "a signature header appears more than once",
-        ));
-    }
-    value.to_str().map(|v| Some(v.trim())).map_err(|_| {
-        reject(
-            Problem::MalformedSignature,
-            "a signature header is not ASCII",
-        )
-    })
-}
-
 impl Verify for StandardWebhooks {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
         // The spelling is chosen by the id header; mixing spellings is not accepted.
         let mut chosen = None;
         for [id, ts, sig] in SPELLINGS {
-            if let Some(value) = header(headers, id)? {
-                chosen = Some((value, header(headers, ts)?, header(headers, sig)?));
+            if let Some(value) = signature_header(headers, id)? {
+                chosen = Some((
+                    value,
+                    signature_header(headers, ts)?,
+                    signature_header(headers, sig)?,
+                ));
                 break;
             }
         }
@@ -118,30 +101,24 @@ impl Verify for StandardWebhooks {
                 ));
             }
         };
-        if id.is_empty() || id.len() > MAX_ID_LEN {
-            return Err(reject(
+        let message_id = EventId::new(id).map_err(|_| {
+            reject(
                 Problem::MalformedSignature,
-                "message id is empty or too long",
-            ));
-        }
+                "message id is empty, too long or holds a NUL",
+            )
+        })?;
         let timestamp_value = timestamp.parse::<u64>().map_err(|_| {
             reject(
                 Problem::MalformedSignature,
                 "signature timestamp is not an integer",
             )
         })?;
-        if signature.len() > MAX_HEADER_LEN {
-            return Err(reject(
-                Problem::MalformedSignature,
-                "signature header is too long",
-            ));
-        }
-        let candidates: Vec<Vec<u8>> = signature
+        let candidates: Vec<[u8; 32]> = signature
             .split(' ')
             .filter_map(|entry| entry.split_once(','))
             .filter(|(version, _)| *version == "v1")
             .filter_map(|(_, sig)| STANDARD.decode(sig).ok())
-            .filter(|sig| sig.len() == 32)
+            .filter_map(|sig| <[u8; 32]>::try_from(sig).ok())
             .take(MAX_SIGNATURES)
             .collect();
         if candidates.is_empty() {
@@ -150,15 +127,10 @@ impl Verify for StandardWebhooks {
                 "signature header has no well-formed v1 signature",
             ));
         }
-        let matched = self.keys.iter().any(|key| {
-            let mac = keyed_mac(
-                key,
-                &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
-            );
-            candidates
-                .iter()
-                .any(|sig| mac.clone().verify_slice(sig).is_ok())
-        });
+        let matched = self.keys.any_matches(
+            &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
+            &candidates,
+        );
         if !matched {
             return Err(reject(
                 Problem::SignatureMismatch,
@@ -172,7 +144,7 @@ impl Verify for StandardWebhooks {
             ));
         }
         Ok(Verified {
-            message_id: Some(id.to_owned()),
+            message_id: Some(message_id),
         })
     }
 }
@@ -231,7 +203,10 @@ mod tests {
             for prefix in ["svix", "webhook"] {
                 let h = headers(prefix, v.id, &v.timestamp.to_string(), v.signature);
                 let got = verifier.verify(&h, v.body.as_bytes(), v.timestamp + 5);
-                assert_eq!(got.map(|o| o.message_id), Ok(Some(v.id.to_owned())));
+                assert_eq!(
+                    got.map(|o| o.message_id.map(|id| id.as_str().to_owned())),
+                    Ok(Some(v.id.to_owned()))
+                );
             }
         }
     }

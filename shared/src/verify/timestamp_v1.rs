@@ -4,14 +4,11 @@
 use hmac::Mac;
 use http::HeaderMap;
 
-use super::{SigningKeys, Verified, Verify, keyed_mac, reject, within_tolerance};
+use super::{
+    MAX_HEADER_LEN, MAX_SIGNATURES, SigningKeys, Verified, Verify, decode_lower_hex, keyed_mac,
+    lower_hex, reject, signature_header, within_tolerance,
+};
 use crate::response::{Problem, Rejection};
-
-/// Longest header we look at. Real headers carry a timestamp and two or three signatures; a
-/// larger one is malformed, and refusing it bounds the work an attacker can ask for.
-const MAX_HEADER_LEN: usize = 4096;
-/// At most this many `v1` candidates are compared (rotation needs two).
-const MAX_SIGNATURES: usize = 8;
 
 /// Verifier for a `t=…,v1=…` signature header.
 #[derive(Debug, Clone)]
@@ -108,58 +105,18 @@ pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
     )
     .finalize()
     .into_bytes();
-    tag.iter().fold(String::with_capacity(64), |mut out, byte| {
-        use std::fmt::Write;
-        let _ = write!(out, "{byte:02x}");
-        out
-    })
-}
-
-fn decode_lower_hex(s: &str) -> Option<[u8; 32]> {
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
-    let bytes = s.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-        let [hi, lo] = pair else { return None };
-        *slot = (nibble(*hi)? << 4) | nibble(*lo)?;
-    }
-    Some(out)
+    lower_hex(&tag)
 }
 
 impl Verify for TimestampV1 {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
-        let mut values = headers.get_all(self.header).iter();
-        let value = values
-            .next()
+        let value = signature_header(headers, self.header)?
             .ok_or_else(|| reject(Problem::MissingSignature, "signature header is missing"))?;
-        if values.next().is_some() {
-            return Err(reject(
-                Problem::MalformedSignature,
-                "signature header appears more than once",
-            ));
-        }
-        let value = value
-            .to_str()
-            .map_err(|_| reject(Problem::MalformedSignature, "signature header is not ASCII"))?;
         let header = parse_header(value)?;
         let timestamp = header.timestamp.to_string();
-        // The body is hashed once per secret; each candidate is then a constant-time compare.
-        let matched = self.keys.iter().any(|key| {
-            let mac = keyed_mac(key, &[timestamp.as_bytes(), b".", body]);
-            header
-                .signatures
-                .iter()
-                .any(|sig| mac.clone().verify_slice(sig).is_ok())
-        });
+        let matched = self
+            .keys
+            .any_matches(&[timestamp.as_bytes(), b".", body], &header.signatures);
         if !matched {
             return Err(reject(
                 Problem::SignatureMismatch,
@@ -172,7 +129,7 @@ impl Verify for TimestampV1 {
                 "signature timestamp is outside the tolerance window",
             ));
         }
-        Ok(Verified { message_id: None })
+        Ok(Verified::default())
     }
 }
 
@@ -210,7 +167,7 @@ mod tests {
         let h = headers(&format!("t={T},v1={VECTOR}"));
         assert_eq!(
             verifier(&[SECRET]).verify(&h, BODY, T + 10),
-            Ok(Verified { message_id: None })
+            Ok(Verified::default())
         );
     }
 

@@ -1,0 +1,204 @@
+//! What a provider crate writes: a [`Provider`] (how to verify, how to read an event, what the
+//! event does) and the types its parser sees and returns.
+//!
+//! The parser sees the request in two parts, and the types say which is which: [`Signed`] is
+//! the body the signature covers (with what the scheme's signed headers said), [`Unsigned`]
+//! the headers nobody signed, which a sender may still put an id or an event name in (GitHub's
+//! `X-GitHub-Delivery` and `X-GitHub-Event`). Whatever a provider takes from [`Unsigned`] an
+//! attacker who replays a signed body can choose, so it must never decide what an event does
+//! on its own.
+
+use std::fmt;
+
+use http::HeaderMap;
+
+use crate::pipeline::Effect;
+use crate::response::{Problem, Rejection};
+use crate::verify::{HeaderFault, Verified, Verify, one_header};
+
+/// Longest event id accepted as a ledger key, in bytes.
+pub const MAX_EVENT_ID_LEN: usize = 255;
+
+/// An id a ledger row or a log line can hold: 1 to [`MAX_EVENT_ID_LEN`] bytes, no NUL
+/// (PostgreSQL's `text` cannot store one). Every event id, message id and delivery id is one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EventId(String);
+
+impl EventId {
+    /// Checks `id`; a refusal is a 400 (`invalid-payload`): a signed event whose id cannot be
+    /// stored can never succeed, so it must not be answered 500 and retried forever.
+    pub fn new(id: impl Into<String>) -> Result<Self, Rejection> {
+        let id = id.into();
+        if id.is_empty() || id.len() > MAX_EVENT_ID_LEN || id.contains('\0') {
+            return Err(Rejection::new(
+                Problem::InvalidPayload,
+                "the event id is empty, longer than 255 bytes or holds a NUL",
+            ));
+        }
+        Ok(Self(id))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the signature covers: the raw body, its SHA-256, and what the scheme's signed headers
+/// said.
+#[derive(Debug, Clone, Copy)]
+pub struct Signed<'a> {
+    body: &'a [u8],
+    sha256: &'a [u8; 32],
+    verified: &'a Verified,
+}
+
+impl<'a> Signed<'a> {
+    /// A verified body. Only the receiver (and tests) build one, after the signature passed.
+    pub fn new(body: &'a [u8], sha256: &'a [u8; 32], verified: &'a Verified) -> Self {
+        Self {
+            body,
+            sha256,
+            verified,
+        }
+    }
+
+    /// The raw body, exactly as signed.
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// SHA-256 of the raw body (stored with the claim).
+    pub fn sha256(&self) -> &'a [u8; 32] {
+        self.sha256
+    }
+
+    /// The message id, when the scheme signs one (Standard Webhooks' `webhook-id`).
+    pub fn message_id(&self) -> Option<&'a EventId> {
+        self.verified.message_id.as_ref()
+    }
+}
+
+/// The request's headers, read-only and unsigned.
+#[derive(Debug, Clone, Copy)]
+pub struct Unsigned<'a> {
+    headers: &'a HeaderMap,
+}
+
+impl<'a> Unsigned<'a> {
+    /// The request's headers.
+    pub fn new(headers: &'a HeaderMap) -> Self {
+        Self { headers }
+    }
+
+    /// The one value of header `name` (lower case), trimmed; `None` when absent. A header
+    /// that appears more than once, is not ASCII or is longer than the schemes' limit is a
+    /// 400, through the same check the signature headers pass.
+    pub fn header(&self, name: &str) -> Result<Option<&'a str>, Rejection> {
+        one_header(self.headers, name).map_err(|fault| {
+            Rejection::new(
+                Problem::InvalidPayload,
+                match fault {
+                    HeaderFault::Repeated => "a header the provider reads appears more than once",
+                    HeaderFault::NotAscii => "a header the provider reads is not ASCII",
+                    HeaderFault::TooLong => "a header the provider reads is too long",
+                },
+            )
+        })
+    }
+}
+
+/// A signed request, parsed: its identity in the ledger and the provider's event.
+#[derive(Debug)]
+pub struct Parsed<E> {
+    /// The dedup key within the provider.
+    pub event_id: EventId,
+    /// The provider's event type, for the ledger and the logs.
+    pub event_type: String,
+    /// The sender's id for this delivery attempt when it differs from the ledger key (GitHub's
+    /// `X-GitHub-Delivery`): logged, so an operator can find the delivery in the sender's
+    /// dashboard.
+    pub delivery_id: Option<EventId>,
+    /// Whatever the provider's effect needs.
+    pub event: E,
+}
+
+impl<E> Parsed<E> {
+    /// An event keyed by `event_id`, with no separate delivery id.
+    pub fn new(event_id: EventId, event_type: impl Into<String>, event: E) -> Self {
+        Self {
+            event_id,
+            event_type: event_type.into(),
+            delivery_id: None,
+            event,
+        }
+    }
+}
+
+/// What a provider contributes: how to verify, how to read the event, what the event does.
+pub trait Provider: Send + Sync + 'static {
+    /// The provider's event, as its effect needs it.
+    type Event: Send + Sync;
+
+    /// The ledger namespace (`processed_events.provider`).
+    fn name(&self) -> &'static str;
+
+    /// The configured signature verifier.
+    fn verifier(&self) -> &dyn Verify;
+
+    /// Reads a verified request: the signed body, and the headers nobody signed.
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<Self::Event>, Rejection>;
+
+    /// The event's effect: a call of one of the provider's effect functions, which runs only if
+    /// this delivery wins the claim, in the claim's transaction. `None` for an event that has
+    /// no effect (claimed and answered "ignored").
+    fn effect(&self, event: &Parsed<Self::Event>) -> Option<Effect>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_is_one_to_255_bytes_without_nul() {
+        assert!(EventId::new("evt_1").is_ok());
+        assert!(EventId::new("x".repeat(255)).is_ok());
+        for bad in [String::new(), "x".repeat(256), "evt\0".to_owned()] {
+            assert_eq!(
+                EventId::new(bad).expect_err("refused").problem,
+                Problem::InvalidPayload
+            );
+        }
+    }
+
+    #[test]
+    fn an_unsigned_header_passes_the_schemes_checks() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-one", " value ".parse().expect("value"));
+        headers.append("x-two", "a".parse().expect("value"));
+        headers.append("x-two", "b".parse().expect("value"));
+        headers.insert(
+            "x-long",
+            "y".repeat(5000).parse().expect("a long value is a value"),
+        );
+        let unsigned = Unsigned::new(&headers);
+        assert_eq!(unsigned.header("x-one"), Ok(Some("value")));
+        assert_eq!(unsigned.header("x-absent"), Ok(None));
+        for name in ["x-two", "x-long"] {
+            assert_eq!(
+                unsigned.header(name).expect_err("refused").problem,
+                Problem::InvalidPayload
+            );
+        }
+    }
+}

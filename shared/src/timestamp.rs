@@ -1,0 +1,146 @@
+//! Timestamps as PostgreSQL will read them: a signed event carrying one it refuses would fail
+//! every retry with a 500, so providers check them before the database sees them.
+
+/// True for `YYYY-MM-DDTHH:MM:SS…` with a real calendar date and time and a zone offset of at
+/// most 15:59 (PostgreSQL refuses a larger one: "time zone displacement out of range"), so
+/// PostgreSQL's cast to `timestamptz` cannot fail on it (a failing cast would fail every
+/// retry).
+pub fn is_rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let num = |from: usize, to: usize| -> Option<u32> {
+        s.get(from..to)
+            .filter(|d| d.bytes().all(|c| c.is_ascii_digit()))?
+            .parse()
+            .ok()
+    };
+    let sep = |i: usize, c: &[u8]| b.get(i).is_some_and(|x| c.contains(x));
+    let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) = (
+        num(0, 4),
+        num(5, 7),
+        num(8, 10),
+        num(11, 13),
+        num(14, 16),
+        num(17, 19),
+    ) else {
+        return false;
+    };
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days = match mo {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    let zone_ok = {
+        // After the seconds: optional fraction, then Z or ±HH:MM.
+        let rest = s.get(19..).unwrap_or("");
+        let rest = match rest.strip_prefix('.') {
+            Some(frac) => frac.trim_start_matches(|c: char| c.is_ascii_digit()),
+            None => rest,
+        };
+        rest == "Z"
+            || rest == "z"
+            || (rest.len() == 6
+                && (rest.starts_with('+') || rest.starts_with('-'))
+                && rest
+                    .get(1..3)
+                    .and_then(|h| h.parse::<u32>().ok())
+                    .is_some_and(|h| h < 16)
+                && rest.get(3..4) == Some(":")
+                && rest
+                    .get(4..6)
+                    .and_then(|m| m.parse::<u32>().ok())
+                    .is_some_and(|m| m < 60))
+    };
+    y >= 1
+        && sep(4, b"-")
+        && sep(7, b"-")
+        && sep(10, b"Tt ")
+        && sep(13, b":")
+        && sep(16, b":")
+        && (1..=days).contains(&d)
+        && h < 24
+        && mi < 60
+        && se < 60
+        && zone_ok
+}
+
+/// RFC 3339 (UTC, `Z`) for `seconds` since the Unix epoch, for a sender that sends integers;
+/// `None` outside years 1 to 9999.
+pub fn rfc3339_from_unix(seconds: i64) -> Option<String> {
+    // Days to a civil date: the proleptic Gregorian calendar in 400-year eras.
+    let days = seconds.div_euclid(86_400);
+    let of_day = seconds.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (1..=9999).contains(&year).then(|| {
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            of_day / 3600,
+            of_day % 3600 / 60,
+            of_day % 60
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_postgres_would_refuse_are_not_passed_on() {
+        for ok in [
+            "2024-11-22T23:41:12.126Z",
+            "2024-02-29T00:00:00+00:00",
+            "2024-11-22 23:41:11.894719+00:00",
+            "2024-11-22T23:41:11-15:59",
+        ] {
+            assert!(is_rfc3339(ok), "{ok}");
+        }
+        for bad in [
+            "2023-02-29T00:00:00Z",
+            "2024-13-01T00:00:00Z",
+            "2024-11-22T24:00:00Z",
+            "2024-11-22",
+            "yesterday",
+            "2024-11-22T23:41:12+0100",
+            "2024-11-22T23:41:12+16:00",
+            "2024-11-22T23:41:12.5-23:59",
+            "",
+        ] {
+            assert!(!is_rfc3339(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unix_seconds_become_the_calendar_date() {
+        assert_eq!(
+            rfc3339_from_unix(0).as_deref(),
+            Some("1970-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            rfc3339_from_unix(951_782_400).as_deref(),
+            Some("2000-02-29T00:00:00Z")
+        );
+        assert_eq!(
+            rfc3339_from_unix(1_700_000_000).as_deref(),
+            Some("2023-11-14T22:13:20Z")
+        );
+        assert_eq!(
+            rfc3339_from_unix(-1).as_deref(),
+            Some("1969-12-31T23:59:59Z")
+        );
+        assert_eq!(rfc3339_from_unix(i64::MAX), None);
+        for s in [0, 951_782_400, 1_700_000_000, 253_402_300_799] {
+            assert!(is_rfc3339(&rfc3339_from_unix(s).expect("in range")));
+        }
+    }
+}
