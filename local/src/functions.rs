@@ -3,17 +3,22 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
 
 /// How a provider signs its deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
-    /// `t=…,v1=<hex>` in the named header.
+    /// `t=…,v1=<hex>` in the named header (`timestamp-v1`).
     TimestampV1(&'static str),
-    /// Standard Webhooks (`webhook-*` / `svix-*` headers).
+    /// Standard Webhooks, `webhook-*` / `svix-*` headers (`standard-webhooks`).
     StandardWebhooks,
+    /// `sha256=<hex>` over the body in the named header (`hub-signature-256`).
+    HubSignature256(&'static str),
 }
 
-/// One provider function.
+/// One provider function, as its crate's `[package.metadata.claimonce]` table declares it.
 #[derive(Debug, Clone, Copy)]
 pub struct Function {
     /// Ledger namespace and route segment: `POST /webhooks/<provider>`.
@@ -35,28 +40,119 @@ impl Function {
     }
 }
 
-/// Every provider function of the workspace.
-pub const ALL: &[Function] = &[
-    Function {
-        provider: "stripe",
-        binary: "stripe-webhook",
-        secret_var: "STRIPE_WEBHOOK_SECRET",
-        dev_secret: "whsec_claimonce_local_dev",
-        scheme: Scheme::TimestampV1("stripe-signature"),
-    },
-    Function {
-        provider: "resend",
-        binary: "resend-webhook",
-        secret_var: "RESEND_WEBHOOK_SECRET",
-        // base64 of "claimonce-local-development-key!"
-        dev_secret: "whsec_Y2xhaW1vbmNlLWxvY2FsLWRldmVsb3BtZW50LWtleSE=",
-        scheme: Scheme::StandardWebhooks,
-    },
-];
+/// The registry's table in a provider crate's manifest.
+#[derive(Deserialize)]
+struct Entry {
+    provider: String,
+    secret_var: String,
+    dev_secret: String,
+    scheme: String,
+    signature_header: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    packages: Vec<Package>,
+}
+
+#[derive(Deserialize)]
+struct Package {
+    name: String,
+    metadata: Option<PackageMetadata>,
+    targets: Vec<Target>,
+}
+
+#[derive(Deserialize)]
+struct PackageMetadata {
+    claimonce: Option<Entry>,
+}
+
+#[derive(Deserialize)]
+struct Target {
+    name: String,
+    kind: Vec<String>,
+}
+
+static REGISTRY: OnceLock<Result<Vec<Function>, String>> = OnceLock::new();
+
+/// Every provider function of the workspace, in route order: each package that declares a
+/// `[package.metadata.claimonce]` table, read once per process with `cargo metadata`. This is
+/// the one registry the local run, the signer and the tests' generic cases read, so a new
+/// provider crate is picked up with no edit of theirs.
+pub fn all() -> Result<&'static [Function], String> {
+    REGISTRY
+        .get_or_init(read_registry)
+        .as_deref()
+        .map_err(Clone::clone)
+}
+
+fn read_registry() -> Result<Vec<Function>, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .output()
+        .map_err(|e| format!("cargo metadata (the provider registry): {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata (the provider registry) failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let metadata: Metadata = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cargo metadata's output: {e}"))?;
+    // Leaked once per process: the registry lives as long as the program.
+    let keep = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let mut functions = Vec::new();
+    for package in metadata.packages {
+        let Some(entry) = package.metadata.and_then(|m| m.claimonce) else {
+            continue;
+        };
+        let binary = package
+            .targets
+            .into_iter()
+            .find(|t| t.kind.iter().any(|k| k == "bin"))
+            .map(|t| t.name)
+            .ok_or_else(|| format!("{}: a provider crate has a binary", package.name))?;
+        let header = || {
+            entry
+                .signature_header
+                .clone()
+                .map(keep)
+                .ok_or_else(|| format!("{}: the scheme needs signature_header", package.name))
+        };
+        let scheme = match entry.scheme.as_str() {
+            "timestamp-v1" => Scheme::TimestampV1(header()?),
+            "standard-webhooks" => Scheme::StandardWebhooks,
+            "hub-signature-256" => Scheme::HubSignature256(header()?),
+            other => return Err(format!("{}: unknown scheme {other:?}", package.name)),
+        };
+        functions.push(Function {
+            provider: keep(entry.provider),
+            binary: keep(binary),
+            secret_var: keep(entry.secret_var),
+            dev_secret: keep(entry.dev_secret),
+            scheme,
+        });
+    }
+    functions.sort_by_key(|f| f.provider);
+    Ok(functions)
+}
 
 /// The function whose route is `path`.
-pub fn by_path(path: &str) -> Option<&'static Function> {
-    ALL.iter().find(|f| f.path() == path)
+pub fn by_path(path: &str) -> Result<Option<&'static Function>, String> {
+    Ok(all()?.iter().find(|f| f.path() == path))
+}
+
+/// The function of `provider`.
+pub fn by_provider(provider: &str) -> Result<Option<&'static Function>, String> {
+    Ok(all()?.iter().find(|f| f.provider == provider))
 }
 
 /// The workspace root (this crate lives in `<root>/local`).
@@ -113,7 +209,7 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     }
     match which {
         Binaries::Providers => {
-            for function in ALL {
+            for function in all().map_err(io::Error::other)? {
                 command.args(["-p", function.binary]);
             }
         }

@@ -225,7 +225,8 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
 
     let mut children = Vec::new();
     let mut routes = HashMap::new();
-    for function in functions::ALL {
+    let registry = functions::all()?;
+    for function in registry {
         let api = Arc::new(
             RuntimeApi::start(function.binary)
                 .await
@@ -273,7 +274,7 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     };
     println!("claimonce is running locally at {base}");
     println!("  database:   {database} (migrations applied now: {applied:?})");
-    for function in functions::ALL {
+    for function in registry {
         println!(
             "  POST {base}{}  ->  {} x{instances} (local secret: {})",
             function.path(),

@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use claimonce::verify::{standard_webhooks, timestamp_v1};
+use claimonce::verify::{hub_signature, standard_webhooks, timestamp_v1};
 use serde_json::{Map, Value};
 
 use crate::functions::{self, Function, Scheme};
@@ -72,12 +72,19 @@ fn set_header(event: &mut Value, name: &str, value: &str) {
 /// Returns the function it was signed for.
 pub fn resign(event: &mut Value, now: u64) -> Result<&'static Function, String> {
     let path = event_path(event).ok_or("the event has no rawPath or path")?;
-    let function = functions::by_path(path).ok_or_else(|| format!("no function serves {path}"))?;
+    let function = functions::by_path(path)?.ok_or_else(|| format!("no function serves {path}"))?;
     let body = event_body(event)?;
     match function.scheme {
         Scheme::TimestampV1(name) => {
             let signature = timestamp_v1::sign(function.dev_secret, now, &body);
             set_header(event, name, &format!("t={now},v1={signature}"));
+        }
+        Scheme::HubSignature256(name) => {
+            set_header(
+                event,
+                name,
+                &hub_signature::sign(function.dev_secret, &body),
+            );
         }
         Scheme::StandardWebhooks => {
             let (prefix, id) = match (header(event, "webhook-id"), header(event, "svix-id")) {

@@ -2,7 +2,7 @@
 //!
 //! A migration is never edited once it has been applied anywhere: the runner
 //! ([`claimonce::migrate::apply`]) refuses a recorded migration whose SQL changed. A change is a
-//! new file with the next number, added to [`ALL`].
+//! new file with the next number; the build script finds it, so [`ALL`] needs no edit.
 
 use claimonce::migrate::Migration;
 
@@ -11,21 +11,20 @@ macro_rules! migration {
         Migration {
             version: $version,
             name: $name,
-            sql: include_str!(concat!("../V", stringify!($version), "__", $name, ".sql")),
+            sql: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/V",
+                stringify!($version),
+                "__",
+                $name,
+                ".sql"
+            )),
         }
     };
 }
 
 /// Every migration of the project.
-pub const ALL: &[Migration] = &[
-    migration!(1, "ledger"),
-    migration!(2, "stripe"),
-    migration!(3, "resend"),
-    migration!(4, "roles"),
-    migration!(5, "outbox"),
-    migration!(6, "delivery_functions"),
-    migration!(7, "welcome_ties_and_grants"),
-];
+pub const ALL: &[Migration] = include!(concat!(env!("OUT_DIR"), "/all.rs"));
 
 /// The newest version in [`ALL`]: what a fully migrated database records last.
 pub fn latest() -> i32 {

@@ -27,9 +27,8 @@ pub async fn binaries() -> &'static Path {
 
 /// The function for a provider.
 pub fn function(provider: &str) -> &'static Function {
-    functions::ALL
-        .iter()
-        .find(|f| f.provider == provider)
+    functions::by_provider(provider)
+        .expect("the provider registry")
         .expect("known provider")
 }
 

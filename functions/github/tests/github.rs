@@ -1,0 +1,386 @@
+//! The GitHub receiver end to end, through the event reader the binary uses, into a real
+//! PostgreSQL: the body-keyed ledger (redeliveries and replays under a fresh delivery id are
+//! duplicates), installations kept newest-first whatever the delivery order, `ping`, and
+//! events forwarded to the outbox unchanged.
+
+// A test asserts by panicking; its helpers too.
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use claimonce::Receiver;
+use claimonce::verify::hub_signature::sign;
+use claimonce_tests::TestDb;
+use claimonce_tests::db::all_at_once;
+use github_webhook::GitHub;
+use serde_json::{Value, json};
+
+const SECRET: &str = "test-github-secret";
+
+fn github() -> GitHub {
+    GitHub::new(&[SECRET]).expect("secret")
+}
+
+/// An HTTP API (payload 2.0) event as API Gateway hands it to the function.
+fn api_event(event: &str, delivery: &str, signature: &str, body: &[u8]) -> String {
+    json!({
+        "version": "2.0",
+        "routeKey": "POST /webhooks/github",
+        "rawPath": "/webhooks/github",
+        "headers": {
+            "content-type": "application/json",
+            "x-github-event": event,
+            "x-github-delivery": delivery,
+            "x-hub-signature-256": signature,
+        },
+        "requestContext": {"http": {"method": "POST"}, "requestId": "test"},
+        "body": String::from_utf8(body.to_vec()).expect("UTF-8 body"),
+        "isBase64Encoded": false,
+    })
+    .to_string()
+}
+
+/// Delivers `body` as `event` under `delivery`, signed; answers (status, disposition or
+/// problem slug).
+async fn deliver(
+    receiver: &Receiver<GitHub>,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+) -> (u16, String) {
+    let signed = api_event(event, delivery, &sign(SECRET, body), body);
+    outcome(receiver, &signed).await
+}
+
+async fn outcome(receiver: &Receiver<GitHub>, api_event: &str) -> (u16, String) {
+    let payload = receiver.handle_event(api_event).await;
+    let body = match payload.response().body() {
+        lambda_http::Body::Text(t) => t.clone(),
+        other => panic!("a text body, got {other:?}"),
+    };
+    let body: Value = serde_json::from_str(&body).expect("JSON body");
+    let name = body["disposition"]
+        .as_str()
+        .or(body["type"].as_str())
+        .unwrap_or("");
+    (
+        payload.status(),
+        name.rsplit('/').next().unwrap_or("").to_owned(),
+    )
+}
+
+fn installation(action: &str, id: i64, updated_at: &str, extra: Value) -> Vec<u8> {
+    let mut body = json!({
+        "action": action,
+        "installation": {
+            "id": id,
+            "account": {"login": "acme-corp", "id": 5127001, "type": "Organization"},
+            "repository_selection": "selected",
+            "created_at": "2026-11-01T00:00:00Z",
+            "updated_at": updated_at,
+            "suspended_at": null,
+        },
+        "sender": {"login": "jenny-rosen", "id": 8810023},
+    });
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    body.to_string().into_bytes()
+}
+
+async fn state(db: &TestDb, id: i64) -> String {
+    db.client()
+        .await
+        .query_one(
+            "SELECT state FROM github_installations WHERE installation_id = $1",
+            &[&id],
+        )
+        .await
+        .expect("the installation's row")
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_redelivery_and_a_replay_under_a_fresh_delivery_id_are_both_duplicates() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let body = installation(
+        "created",
+        1,
+        "2026-11-29T10:00:00Z",
+        json!({"repositories": [{"id": 11, "full_name": "acme-corp/billing"}]}),
+    );
+    let first = "d5f6a1c0-0000-11f1-8a3e-000000000001";
+    assert_eq!(
+        deliver(&receiver, "installation", first, &body).await,
+        (200, "processed".into())
+    );
+    // GitHub's redelivery: the same delivery id and body.
+    assert_eq!(
+        deliver(&receiver, "installation", first, &body).await,
+        (200, "duplicate".into())
+    );
+    // A captured body re-sent under a new delivery id, even under another event name: a
+    // duplicate, or refused when it is not that event's body; never applied again.
+    for (event, delivery, answer) in [
+        (
+            "installation",
+            "d5f6a1c0-0000-11f1-8a3e-0000000000ff",
+            "duplicate",
+        ),
+        ("push", "d5f6a1c0-0000-11f1-8a3e-0000000000fe", "duplicate"),
+        (
+            "installation_repositories",
+            "d5f6a1c0-0000-11f1-8a3e-0000000000fd",
+            "invalid-payload",
+        ),
+    ] {
+        let status = if answer == "duplicate" { 200 } else { 400 };
+        assert_eq!(
+            deliver(&receiver, event, delivery, &body).await,
+            (status, answer.to_owned()),
+            "{event}"
+        );
+    }
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE provider = 'github'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM github_installations").await,
+        1
+    );
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM github_installation_repositories \
+             WHERE present AND full_name = 'acme-corp/billing'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(state(&db, 1).await, "active");
+}
+
+#[tokio::test]
+async fn two_copies_at_once_apply_the_effect_once() {
+    let db = TestDb::new().await;
+    let body = installation("created", 2, "2026-11-29T10:00:00Z", json!({}));
+    let environments = (0..4).map(|_| db.receiver(github()).0).collect();
+    let body2 = body.clone();
+    let answers = all_at_once(environments, move |r| {
+        let body = body2.clone();
+        async move { deliver(&r, "installation", "d-concurrent", &body).await }
+    })
+    .await;
+    let processed = answers.iter().filter(|a| a.1 == "processed").count();
+    let duplicates = answers.iter().filter(|a| a.1 == "duplicate").count();
+    assert_eq!((processed, duplicates), (1, 3), "{answers:?}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM github_installations").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn installations_keep_the_newest_state_whatever_the_delivery_order() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let send = |action: &str, id: i64, at: &str| installation(action, id, at, json!({}));
+
+    // Suspended at 10:05, then the older unsuspend of 10:01 arrives late: still suspended.
+    for (action, at) in [
+        ("created", "2026-11-29T10:00:00Z"),
+        ("suspend", "2026-11-29T10:05:00Z"),
+        ("unsuspend", "2026-11-29T10:01:00Z"),
+    ] {
+        let answer = deliver(&receiver, "installation", action, &send(action, 3, at)).await;
+        assert_eq!(answer, (200, "processed".into()), "{action}");
+    }
+    assert_eq!(state(&db, 3).await, "suspended");
+
+    // Deleted first, then its older `created`: the tombstone stays.
+    for action in ["deleted", "created"] {
+        let body = send(action, 4, "2026-11-29T10:00:00Z");
+        deliver(&receiver, "installation", action, &body).await;
+    }
+    assert_eq!(state(&db, 4).await, "deleted");
+    // Nothing after a deletion brings it back, however new.
+    let later = send("unsuspend", 4, "2026-11-29T11:00:00Z");
+    deliver(&receiver, "installation", "late", &later).await;
+    assert_eq!(state(&db, 4).await, "deleted");
+
+    // A same-second tie goes to the later kind: created (0) loses to suspend (1).
+    for action in ["suspend", "created"] {
+        let body = send(action, 5, "2026-11-29T10:00:00Z");
+        deliver(&receiver, "installation", action, &body).await;
+    }
+    assert_eq!(state(&db, 5).await, "suspended");
+
+    // Repositories, each newest-first: removed at 10:10, a late `added` from 10:05 loses.
+    let created = installation(
+        "created",
+        6,
+        "2026-11-29T10:00:00Z",
+        json!({"repositories": [{"id": 61, "full_name": "acme-corp/web"}]}),
+    );
+    deliver(&receiver, "installation", "c6", &created).await;
+    let repos = |action: &str, at: &str, added: Value, removed: Value| {
+        installation(
+            action,
+            6,
+            at,
+            json!({"repositories_added": added, "repositories_removed": removed}),
+        )
+    };
+    let removed = repos(
+        "removed",
+        "2026-11-29T10:10:00Z",
+        json!([]),
+        json!([{"id": 61, "full_name": "acme-corp/web"}]),
+    );
+    let added_late = repos(
+        "added",
+        "2026-11-29T10:05:00Z",
+        json!([{"id": 61, "full_name": "acme-corp/web"}]),
+        json!([]),
+    );
+    for (delivery, body) in [("r6", &removed), ("a6", &added_late)] {
+        assert_eq!(
+            deliver(&receiver, "installation_repositories", delivery, body).await,
+            (200, "processed".into())
+        );
+    }
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM github_installation_repositories \
+             WHERE installation_id = 6 AND repository_id = 61 AND NOT present"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn ping_is_answered_and_other_events_are_forwarded_once_unchanged() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let ping = br#"{"zen":"Practicality beats purity.","hook_id":482113906}"#;
+    assert_eq!(
+        deliver(&receiver, "ping", "p1", ping).await,
+        (200, "ignored".into())
+    );
+    let issue =
+        br#"{"action":"opened","issue":{"number":17,"title":"x \u00e9"},"installation":{"id":1}}"#;
+    for expected in ["processed", "duplicate"] {
+        assert_eq!(
+            deliver(&receiver, "issues", "i1", issue).await,
+            (200, expected.to_owned())
+        );
+    }
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "SELECT o.topic, o.payload = $1::text::jsonb, o.provider, o.event_id = e.event_id, \
+             e.event_type FROM outbox o JOIN processed_events e USING (provider, event_id)",
+            &[&std::str::from_utf8(issue).expect("UTF-8")],
+        )
+        .await
+        .expect("outbox rows");
+    assert_eq!(
+        rows.len(),
+        1,
+        "one outbox row for the forwarded event, none for ping"
+    );
+    let row = &rows[0];
+    assert_eq!(row.get::<_, String>(0), "github.issues");
+    assert!(
+        row.get::<_, bool>(1),
+        "the payload is the signed body, unchanged"
+    );
+    assert_eq!(row.get::<_, String>(2), "github");
+    assert!(
+        row.get::<_, bool>(3),
+        "tagged with the claim's own event id"
+    );
+    assert_eq!(row.get::<_, String>(4), "issues.opened");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_type = 'ping'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn what_can_never_succeed_is_a_400_that_writes_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let body = installation("created", 7, "2026-11-29T10:00:00Z", json!({}));
+    let good = sign(SECRET, &body);
+    let cases = [
+        // Signed with another secret.
+        (
+            api_event("installation", "x1", &sign("another", &body), &body),
+            "signature-mismatch",
+        ),
+        // No signature, or not a sha256= one.
+        (
+            api_event("installation", "x2", "", &body),
+            "malformed-signature",
+        ),
+        (
+            api_event(
+                "installation",
+                "x3",
+                &good.replace("sha256=", "sha1="),
+                &body,
+            ),
+            "malformed-signature",
+        ),
+        // Signed, but the event name is missing or not a name.
+        (api_event("", "x4", &good, &body), "invalid-payload"),
+        (
+            api_event("Installation!", "x5", &good, &body),
+            "invalid-payload",
+        ),
+        // Signed, but a timestamp PostgreSQL would refuse.
+        {
+            let bad = installation("created", 7, "2026-11-29T10:00:00+16:00", json!({}));
+            (
+                api_event("installation", "x6", &sign(SECRET, &bad), &bad),
+                "invalid-payload",
+            )
+        },
+        // Signed and forwarded, but jsonb cannot hold a NUL.
+        {
+            let bad = br#"{"action":"opened","issue":{"title":"\u0000"}}"#;
+            (
+                api_event("issues", "x7", &sign(SECRET, bad), bad),
+                "invalid-payload",
+            )
+        },
+    ];
+    for (event, slug) in &cases {
+        assert_eq!(
+            outcome(&receiver, event).await,
+            (400, (*slug).to_owned()),
+            "{event:.200}"
+        );
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
+}
+
+#[tokio::test]
+async fn either_secret_is_accepted_during_a_rotation() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(GitHub::new(&["the-new-secret", SECRET]).expect("secrets"));
+    for (zen, secret) in [("old", SECRET), ("new", "the-new-secret")] {
+        let body = format!(r#"{{"zen":"{zen}","hook_id":1}}"#);
+        let event = api_event("ping", zen, &sign(secret, body.as_bytes()), body.as_bytes());
+        assert_eq!(
+            outcome(&receiver, &event).await,
+            (200, "ignored".into()),
+            "{zen}"
+        );
+    }
+}
