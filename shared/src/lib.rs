@@ -4,6 +4,8 @@
 //! event does); this crate owns everything else: the raw-body verification schemes, the
 //! claim-then-mutate transaction, the response policy, the connection and the logs.
 
+#![warn(missing_docs)]
+
 pub mod auth;
 pub mod config;
 pub mod db;
