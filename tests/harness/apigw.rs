@@ -1,8 +1,13 @@
-//! API Gateway events as API Gateway sends them, turned into `lambda_http` requests the way
-//! the Lambda runtime does, and helpers to read the responses.
+//! API Gateway events as API Gateway sends them, handed to a receiver the way the function
+//! binaries hand them over (the event's text through the project's own event reader,
+//! `Receiver::handle_event`), and helpers to read the responses.
+
+use std::ops::Deref;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use claimonce::lambda::Payload;
+use claimonce::{Provider, Receiver};
 use lambda_http::{Body, Request, Response};
 use serde_json::{Map, Value, json};
 
@@ -103,14 +108,73 @@ pub fn v1_event(
     })
 }
 
-/// Deserialises an event exactly as the Lambda runtime does.
-pub fn request(event: &Value) -> Request {
-    lambda_http::request::from_str(&event.to_string()).expect("lambda_http accepts the event")
+/// What a receiver answered an event with: the API Gateway response payload the function
+/// returns to the runtime, read through the response it carries.
+#[derive(Debug)]
+pub struct Answer(Payload);
+
+impl Answer {
+    /// The payload as the runtime sends it to API Gateway: serialised.
+    pub fn payload(&self) -> Value {
+        serde_json::to_value(&self.0).expect("a JSON payload")
+    }
 }
 
-/// A POST through an HTTP API to `path`.
+impl Deref for Answer {
+    type Target = Response<Body>;
+
+    fn deref(&self) -> &Response<Body> {
+        self.0.response()
+    }
+}
+
+/// Hands `event` to `receiver` as a function binary does: its text through the project's own
+/// event reader (`Receiver::handle_event`), the boundary that runs on Lambda.
+pub async fn send_event<P: Provider>(receiver: &Receiver<P>, event: &Value) -> Answer {
+    Answer(receiver.handle_event(&event.to_string()).await)
+}
+
+/// A POST to `path` through an HTTP API (payload format 2.0), delivered to `receiver` as a
+/// function binary does ([`send_event`]).
+pub async fn post_to<P: Provider>(
+    receiver: &Receiver<P>,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Answer {
+    send_event(receiver, &v2_event("POST", path, headers, body, false)).await
+}
+
+/// A Stripe delivery: `body` signed now with the suite's secret and POSTed to
+/// `/webhooks/stripe` ([`post_to`]).
+pub async fn post_stripe<P: Provider>(receiver: &Receiver<P>, body: &[u8]) -> Answer {
+    use crate::sign::{STRIPE_SECRET, now, stripe_header};
+    let signature = stripe_header(STRIPE_SECRET, now(), body);
+    post_to(
+        receiver,
+        "/webhooks/stripe",
+        &[("stripe-signature", &signature)],
+        body,
+    )
+    .await
+}
+
+/// A POST request as the receiver sees it past the Lambda boundary (method, headers, body),
+/// built directly: for a test that measures what lies beyond the boundary. A test of the
+/// boundary itself uses [`post_to`] or [`send_event`], which go through the event reader.
 pub fn post(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Request {
-    request(&v2_event("POST", path, headers, body, false))
+    let mut request = Request::new(Body::Text(
+        String::from_utf8(body.to_vec()).expect("text body"),
+    ));
+    *request.method_mut() = lambda_http::http::Method::POST;
+    *request.uri_mut() = path.parse().expect("a path");
+    for (name, value) in headers {
+        request.headers_mut().append(
+            lambda_http::http::HeaderName::from_bytes(name.as_bytes()).expect("a header name"),
+            value.parse().expect("a header value"),
+        );
+    }
+    request
 }
 
 /// The response body as JSON.

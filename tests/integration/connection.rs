@@ -6,27 +6,18 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{json_body, post};
+use claimonce_tests::apigw::{Answer, json_body, post_stripe};
 use claimonce_tests::db::test_timeouts;
-use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid};
 use claimonce_tests::tls::TlsServer;
-use lambda_http::{Body, Response};
 use stripe_webhook::Stripe;
 
 fn stripe() -> Stripe {
     Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
 }
 
-async fn deliver(receiver: &Receiver<Stripe>, id: &str) -> Response<Body> {
-    let body = invoice_paid(id, "cus_conn", 1);
-    let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", &sig)],
-            &body,
-        ))
-        .await
+async fn deliver(receiver: &Receiver<Stripe>, id: &str) -> Answer {
+    post_stripe(receiver, &invoice_paid(id, "cus_conn", 1)).await
 }
 
 fn short_timeouts() -> Timeouts {

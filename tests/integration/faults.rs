@@ -16,10 +16,10 @@ use claimonce_local::postgres::{Options, Postgres};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{post, v2_event};
+use claimonce_tests::apigw::{post_stripe, v2_event};
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::lambda::{binaries, function};
-use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_header};
+use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, invoice_paid, now};
 use serde_json::Value;
 use stripe_webhook::Stripe;
 use tokio::sync::Mutex;
@@ -288,18 +288,10 @@ async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_proc
         Log::capture().0,
     );
     let send = |id: String| {
-        let body = invoice_paid(&id, "cus_down", 10);
-        let sig = stripe_header(STRIPE_SECRET, now(), &body);
-        post("/webhooks/stripe", &[("stripe-signature", &sig)], &body)
+        let receiver = &receiver;
+        async move { post_stripe(receiver, &invoice_paid(&id, "cus_down", 10)).await }
     };
-    assert_eq!(
-        receiver
-            .handle(send("evt_up_0".into()))
-            .await
-            .status()
-            .as_u16(),
-        200
-    );
+    assert_eq!(send("evt_up_0".into()).await.status().as_u16(), 200);
 
     let port = pg.port;
     tokio::task::spawn_blocking(move || pg.stop())
@@ -310,7 +302,7 @@ async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_proc
     for i in 0..5 {
         let id = format!("evt_down_{i}");
         let started = Instant::now();
-        let status = receiver.handle(send(id.clone())).await.status().as_u16();
+        let status = send(id.clone()).await.status().as_u16();
         let took = started.elapsed();
         assert_eq!(status, 500, "{id}");
         assert!(took < Duration::from_secs(4), "{id} took {took:?}");
@@ -327,21 +319,10 @@ async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_proc
         .expect("task")
         .expect("restart");
     // The same warm receiver: its dead connection is replaced on the next delivery.
-    assert_eq!(
-        receiver
-            .handle(send("evt_up_1".into()))
-            .await
-            .status()
-            .as_u16(),
-        200
-    );
+    assert_eq!(send("evt_up_1".into()).await.status().as_u16(), 200);
     // The sender retries what failed; all of it lands, once.
     for id in &failed {
-        assert_eq!(
-            receiver.handle(send(id.clone())).await.status().as_u16(),
-            200,
-            "{id}"
-        );
+        assert_eq!(send(id.clone()).await.status().as_u16(), 200, "{id}");
     }
     let check = Settings::from_url(&url, None, claimonce_tests::db::test_timeouts())
         .expect("s")
@@ -396,14 +377,7 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
     twin.warm_up().await;
     let body = Arc::new(invoice_paid("evt_twin", "cus_twin", 42));
     let deliver = |r: Arc<Receiver<Stripe>>, body: Arc<Vec<u8>>| async move {
-        let sig = stripe_header(STRIPE_SECRET, now(), &body);
-        let response = r
-            .handle(post(
-                "/webhooks/stripe",
-                &[("stripe-signature", &sig)],
-                &body,
-            ))
-            .await;
+        let response = post_stripe(&r, &body).await;
         let d = serde_json::from_slice::<Value>(response.body()).expect("json");
         (
             response.status().as_u16(),
@@ -570,14 +544,7 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
                     break;
                 };
                 let body = &bodies[i];
-                let sig = stripe_header(STRIPE_SECRET, now(), body);
-                let response = r
-                    .handle(post(
-                        "/webhooks/stripe",
-                        &[("stripe-signature", &sig)],
-                        body,
-                    ))
-                    .await;
+                let response = post_stripe(&r, body).await;
                 let slot = match (
                     response.status().as_u16(),
                     serde_json::from_slice::<Value>(response.body()).ok(),

@@ -14,11 +14,11 @@ use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
-use claimonce_tests::apigw::post;
+use claimonce_tests::apigw::post_stripe;
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::lambda::{binaries, function, sample_event};
 use claimonce_tests::recorder::Recorder;
-use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now};
 use claimonce_tests::tls::TlsServer;
 use serde_json::Value;
 use stripe_webhook::Stripe;
@@ -327,14 +327,5 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
 }
 
 async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> u16 {
-    let sig = stripe_header(STRIPE_SECRET, now(), body);
-    receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", &sig)],
-            body,
-        ))
-        .await
-        .status()
-        .as_u16()
+    post_stripe(receiver, body).await.status().as_u16()
 }

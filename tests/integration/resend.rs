@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{assert_generic_500, content_type, json_body, post};
+use claimonce_tests::apigw::{
+    Answer, assert_generic_500, content_type, json_body, post_stripe, post_to,
+};
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
-    RESEND_SECRET, STRIPE_SECRET, invoice_paid, now, resend_email, stripe_header, svix_headers,
+    RESEND_SECRET, STRIPE_SECRET, invoice_paid, now, resend_email, svix_headers,
 };
-use lambda_http::{Body, Response};
 use resend_webhook::Resend;
 use serde_json::json;
 
@@ -20,19 +21,15 @@ fn resend() -> Resend {
     Resend::new(&[RESEND_SECRET], 300).expect("secret")
 }
 
-async fn send_as(
-    receiver: &Receiver<Resend>,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Response<Body> {
+async fn send_as(receiver: &Receiver<Resend>, headers: &[(String, String)], body: &[u8]) -> Answer {
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    receiver.handle(post(PATH, &headers, body)).await
+    post_to(receiver, PATH, &headers, body).await
 }
 
-async fn send(receiver: &Receiver<Resend>, id: &str, body: &[u8]) -> Response<Body> {
+async fn send(receiver: &Receiver<Resend>, id: &str, body: &[u8]) -> Answer {
     send_as(
         receiver,
         &svix_headers("svix", RESEND_SECRET, id, now(), body),
@@ -41,7 +38,7 @@ async fn send(receiver: &Receiver<Resend>, id: &str, body: &[u8]) -> Response<Bo
     .await
 }
 
-fn outcome(response: &Response<Body>) -> (u16, String) {
+fn outcome(response: &Answer) -> (u16, String) {
     let body = json_body(response);
     let name = body["disposition"]
         .as_str()
@@ -294,8 +291,9 @@ async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
     let (receiver, _) = db.receiver(resend());
     let body = resend_email("complained", "em_f", &["ok@example.com", "x@example.com"]);
     let headers = svix_headers("svix", RESEND_SECRET, "msg_f", now(), &body);
+    let response = send_as(&receiver, &headers, &body).await;
     assert_generic_500(
-        &send_as(&receiver, &headers, &body).await,
+        &response,
         &[
             "23514",
             "no_x",
@@ -374,14 +372,7 @@ async fn stripe_and_resend_ids_live_in_separate_namespaces() {
         "processed"
     );
     let invoice = invoice_paid("evt_same_id", "cus_ns2", 3);
-    let sig = stripe_header(STRIPE_SECRET, now(), &invoice);
-    let response = stripe_receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", &sig)],
-            &invoice,
-        ))
-        .await;
+    let response = post_stripe(&stripe_receiver, &invoice).await;
     assert_eq!(outcome(&response), (200, "processed".into()));
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_same_id'")

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{
-    assert_generic_500, content_type, json_body, post, request, v1_event, v2_event,
+    Answer, assert_generic_500, content_type, json_body, post_to, send_event, v1_event, v2_event,
 };
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
     STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header, subscription,
 };
-use lambda_http::{Body, Response};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
@@ -21,21 +20,21 @@ fn stripe() -> Stripe {
     Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
 }
 
-async fn send(receiver: &Receiver<Stripe>, body: &[u8]) -> Response<Body> {
+async fn send(receiver: &Receiver<Stripe>, body: &[u8]) -> Answer {
     let signature = stripe_header(STRIPE_SECRET, now(), body);
-    receiver
-        .handle(post(
-            PATH,
-            &[
-                ("stripe-signature", &signature),
-                ("content-type", "application/json"),
-            ],
-            body,
-        ))
-        .await
+    post_to(
+        receiver,
+        PATH,
+        &[
+            ("stripe-signature", &signature),
+            ("content-type", "application/json"),
+        ],
+        body,
+    )
+    .await
 }
 
-fn disposition(response: &Response<Body>) -> (u16, String) {
+fn disposition(response: &Answer) -> (u16, String) {
     let body = json_body(response);
     (
         response.status().as_u16(),
@@ -196,7 +195,7 @@ async fn assert_rejected(
     body: &[u8],
     slug: &str,
 ) {
-    let response = receiver.handle(post(PATH, headers, body)).await;
+    let response = post_to(receiver, PATH, headers, body).await;
     assert_eq!(response.status().as_u16(), 400, "{slug}");
     assert_eq!(content_type(&response), "application/problem+json");
     let problem = json_body(&response);
@@ -271,9 +270,7 @@ async fn both_secrets_are_accepted_during_a_rotation() {
     for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
         let body = invoice_paid(&format!("evt_rot{i}"), "cus_rot", 10);
         let sig = stripe_header(secret, now(), &body);
-        let response = receiver
-            .handle(post(PATH, &[("stripe-signature", &sig)], &body))
-            .await;
+        let response = post_to(&receiver, PATH, &[("stripe-signature", &sig)], &body).await;
         assert_eq!(
             disposition(&response),
             (200, "processed".into()),
@@ -288,9 +285,7 @@ async fn both_secrets_are_accepted_during_a_rotation() {
         claimonce::verify::timestamp_v1::sign("whsec_unknown", t, &body),
         claimonce::verify::timestamp_v1::sign("whsec_new", t, &body)
     );
-    let response = receiver
-        .handle(post(PATH, &[("stripe-signature", &both)], &body))
-        .await;
+    let response = post_to(&receiver, PATH, &[("stripe-signature", &both)], &body).await;
     assert_eq!(disposition(&response), (200, "processed".into()));
     assert_eq!(balance(&db, "cus_rot").await, Some(30));
 }
@@ -302,24 +297,18 @@ async fn base64_bodies_and_rest_v1_events_verify_on_the_decoded_bytes() {
     let body = invoice_paid("evt_b64", "cus_b64", 5);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
-    let response = receiver
-        .handle(request(&v2_event("POST", PATH, &headers, &body, true)))
-        .await;
+    let response = send_event(&receiver, &v2_event("POST", PATH, &headers, &body, true)).await;
     assert_eq!(disposition(&response), (200, "processed".into()));
 
     let body = invoice_paid("evt_rest", "cus_b64", 7);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
-    let response = receiver
-        .handle(request(&v1_event("POST", PATH, &headers, &body, false)))
-        .await;
+    let response = send_event(&receiver, &v1_event("POST", PATH, &headers, &body, false)).await;
     assert_eq!(disposition(&response), (200, "processed".into()));
     let body = invoice_paid("evt_rest64", "cus_b64", 11);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
-    let response = receiver
-        .handle(request(&v1_event("POST", PATH, &headers, &body, true)))
-        .await;
+    let response = send_event(&receiver, &v1_event("POST", PATH, &headers, &body, true)).await;
     assert_eq!(disposition(&response), (200, "processed".into()));
     assert_eq!(balance(&db, "cus_b64").await, Some(23));
 }
@@ -502,13 +491,9 @@ async fn every_delivery_logs_one_line_without_secrets_signatures_or_bodies() {
     let (receiver, logs) = db.receiver(stripe());
     let body = checkout_completed("evt_log", "cus_log", "private@example.com");
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    receiver
-        .handle(post(PATH, &[("stripe-signature", &sig)], &body))
-        .await;
+    post_to(&receiver, PATH, &[("stripe-signature", &sig)], &body).await;
     let forged = stripe_header("whsec_other", now(), &body);
-    receiver
-        .handle(post(PATH, &[("stripe-signature", &forged)], &body))
-        .await;
+    post_to(&receiver, PATH, &[("stripe-signature", &forged)], &body).await;
     let everything = logs.lock().expect("logs").clone();
     // The connection this receiver made on its first delivery has a line of its own.
     let lines: Vec<&String> = everything
@@ -543,9 +528,7 @@ async fn every_delivery_logs_one_line_without_secrets_signatures_or_bodies() {
 async fn get_is_405_and_an_oversized_body_is_413_before_any_work() {
     let db = TestDb::new().await;
     let (receiver, _) = db.receiver(stripe());
-    let get = receiver
-        .handle(request(&v2_event("GET", PATH, &[], b"", false)))
-        .await;
+    let get = send_event(&receiver, &v2_event("GET", PATH, &[], b"", false)).await;
     assert_eq!(get.status().as_u16(), 405);
     assert_eq!(
         get.headers().get("allow").and_then(|v| v.to_str().ok()),
@@ -553,9 +536,7 @@ async fn get_is_405_and_an_oversized_body_is_413_before_any_work() {
     );
     let big = vec![b' '; (1 << 20) + 1];
     let sig = stripe_header(STRIPE_SECRET, now(), &big);
-    let response = receiver
-        .handle(post(PATH, &[("stripe-signature", &sig)], &big))
-        .await;
+    let response = post_to(&receiver, PATH, &[("stripe-signature", &sig)], &big).await;
     assert_eq!(response.status().as_u16(), 413);
     assert_eq!(ledger_rows(&db).await, 0);
 }
