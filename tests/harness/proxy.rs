@@ -1,5 +1,7 @@
 //! A loopback TCP proxy in front of PostgreSQL (or PgBouncer) that sees what a pooler sees.
 //!
+//! - It counts the connections it accepted and the bytes clients sent through it, so a test can
+//!   show that a request opened no connection and sent no byte to the database.
 //! - It counts round trips: every time the client starts sending after the server has spoken
 //!   (or first), that is one more flight, i.e. one more wait for the server. Pipelined
 //!   requests sent before any answer count as one flight.
@@ -41,6 +43,10 @@ const ANSWER_HELD: u8 = 3;
 
 #[derive(Debug, Default)]
 struct Shared {
+    /// Connections accepted, ever.
+    connections: AtomicU64,
+    /// Bytes read from clients, ever (forwarded or not).
+    client_bytes: AtomicU64,
     flights: AtomicU64,
     fault: AtomicU8,
     /// What a pooler would have to pin a session for, as readable notes.
@@ -191,6 +197,7 @@ async fn client_to_server(
             },
             () = close.notified() => break,
         };
+        shared.client_bytes.fetch_add(n as u64, Ordering::SeqCst);
         let before = last.swap(CLIENT, Ordering::SeqCst);
         if before != CLIENT {
             shared.flights.fetch_add(1, Ordering::SeqCst);
@@ -265,6 +272,7 @@ impl WireProxy {
         let accepted = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                accepted.connections.fetch_add(1, Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                     continue;
                 };
@@ -285,6 +293,27 @@ impl WireProxy {
             }
         });
         Self { port, shared }
+    }
+
+    /// Starts a proxy in front of the server `url` names (`127.0.0.1:<port>`); returns it and
+    /// the same URL through it.
+    pub async fn in_front_of(url: &str) -> (Self, String) {
+        use std::str::FromStr;
+        let config = tokio_postgres::Config::from_str(url).expect("a PostgreSQL URL");
+        let upstream = config.get_ports().first().copied().expect("a port");
+        let proxy = Self::start(upstream).await;
+        let through = url.replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
+        assert_ne!(through, url, "the URL names its port as :{upstream}/");
+        (proxy, through)
+    }
+
+    /// Everything clients ever did through the proxy: (connections opened, bytes sent). Not
+    /// touched by [`reset`](Self::reset).
+    pub fn traffic(&self) -> (u64, u64) {
+        (
+            self.shared.connections.load(Ordering::SeqCst),
+            self.shared.client_bytes.load(Ordering::SeqCst),
+        )
     }
 
     /// Flights counted since the last reset.

@@ -1,9 +1,14 @@
 //! The Lambda boundary and hostile requests: every request that can never succeed is a clear
-//! 4xx with a problem body, and none of them reaches the database.
+//! 4xx with a problem body, and none of them reaches the database: each receiver here talks
+//! to the database through a [`WireProxy`], and every refused request is shown to open no
+//! connection and send no byte through it.
 
 use claimonce::Receiver;
+use claimonce::log::Captured;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{v1_event, v2_event};
+use claimonce_tests::db::receiver_at;
+use claimonce_tests::proxy::WireProxy;
 use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
@@ -26,20 +31,55 @@ fn slug(payload: &Value) -> String {
         .to_owned()
 }
 
-/// The response payload as the runtime sends it: serialised.
-async fn payload_of(receiver: &Receiver<Stripe>, event: &str) -> Value {
-    serde_json::to_value(receiver.handle_event(event).await).expect("a JSON payload")
+/// A Stripe receiver whose database is reached only through a proxy that counts what it
+/// carries. It has not connected yet: its first delivery that reaches the database does.
+struct Watched {
+    receiver: Receiver<Stripe>,
+    logs: Captured,
+    proxy: WireProxy,
 }
 
-async fn answer(receiver: &Receiver<Stripe>, event: &Value) -> (u64, String) {
-    let payload = payload_of(receiver, &event.to_string()).await;
-    (payload["statusCode"].as_u64().unwrap_or(0), slug(&payload))
+impl Watched {
+    async fn new(db: &TestDb) -> Self {
+        let (proxy, url) = WireProxy::in_front_of(&db.function_url).await;
+        let (receiver, logs) = receiver_at(&url, stripe());
+        Self {
+            receiver,
+            logs,
+            proxy,
+        }
+    }
+
+    /// The response payload as the runtime sends it (serialised), checked against what the
+    /// proxy saw meanwhile: a refused event (any status but 200) opened no connection and
+    /// sent no byte to the database; a delivered one (200) sent it something.
+    async fn payload_of(&self, event: &str) -> Value {
+        let before = self.proxy.traffic();
+        let payload =
+            serde_json::to_value(self.receiver.handle_event(event).await).expect("a JSON payload");
+        let after = self.proxy.traffic();
+        if payload["statusCode"] == 200 {
+            assert!(after.1 > before.1, "a 200 that never reached the database");
+        } else {
+            assert_eq!(
+                after, before,
+                "a refused request reached the database (connections, bytes): {payload}"
+            );
+        }
+        payload
+    }
+
+    async fn answer(&self, event: &Value) -> (u64, String) {
+        let payload = self.payload_of(&event.to_string()).await;
+        (payload["statusCode"].as_u64().unwrap_or(0), slug(&payload))
+    }
 }
 
 #[tokio::test]
 async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
     let db = TestDb::new().await;
-    let (receiver, logs) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
+    let logs = &watched.logs;
     let body = invoice_paid("evt_b64bad", "cus_x", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     for mut event in [
@@ -47,7 +87,7 @@ async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
         v1_event("POST", PATH, &[("stripe-signature", &sig)], &body, true),
     ] {
         event["body"] = Value::String("%%% not base64 %%%".into());
-        let payload = payload_of(&receiver, &event.to_string()).await;
+        let payload = watched.payload_of(&event.to_string()).await;
         assert_eq!(payload["statusCode"], 400);
         assert_eq!(slug(&payload), "unreadable-body");
     }
@@ -59,25 +99,23 @@ async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
 #[tokio::test]
 async fn responses_come_back_in_the_format_the_event_came_in() {
     let db = TestDb::new().await;
-    let (receiver, _) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
     let body = invoice_paid("evt_fmt2", "cus_f", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    let v2 = payload_of(
-        &receiver,
-        &v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, false).to_string(),
-    )
-    .await;
+    let v2 = watched
+        .payload_of(
+            &v2_event("POST", PATH, &[("stripe-signature", &sig)], &body, false).to_string(),
+        )
+        .await;
     assert_eq!(v2["statusCode"], 200);
     assert_eq!(v2["headers"]["content-type"], "application/json");
     assert!(v2.get("multiValueHeaders").is_none());
     assert_eq!(v2["isBase64Encoded"], false);
     let body = invoice_paid("evt_fmt1", "cus_f", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
-    let v1 = payload_of(
-        &receiver,
-        &v1_event("POST", PATH, &[("Stripe-Signature", &sig)], &body, true).to_string(),
-    )
-    .await;
+    let v1 = watched
+        .payload_of(&v1_event("POST", PATH, &[("Stripe-Signature", &sig)], &body, true).to_string())
+        .await;
     assert_eq!(v1["statusCode"], 200);
     assert_eq!(
         v1["multiValueHeaders"]["content-type"][0],
@@ -89,7 +127,7 @@ async fn responses_come_back_in_the_format_the_event_came_in() {
 #[tokio::test]
 async fn hostile_and_malformed_requests_are_refused_before_the_database() {
     let db = TestDb::new().await;
-    let (receiver, _) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
     let t = now();
     let body = invoice_paid("evt_hostile", "cus_h", 1);
     let good = stripe_header(STRIPE_SECRET, t, &body);
@@ -242,26 +280,28 @@ async fn hostile_and_malformed_requests_are_refused_before_the_database() {
     ];
     let mut processed = 0;
     for (name, event, status, expected) in cases {
-        let got = answer(&receiver, &event).await;
+        let got = watched.answer(&event).await;
         assert_eq!(got, (status, expected.to_owned()), "{name}");
         if expected == "processed" {
             processed += 1;
         }
     }
-    // Only the one valid (if oddly padded) delivery reached the ledger.
+    // Only the one valid (if oddly padded) delivery reached the ledger, and the database at
+    // all: the one connection the receiver ever opened is that delivery's.
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events").await,
         processed
     );
+    assert_eq!((processed, watched.proxy.traffic().0), (1, 1));
 }
 
 #[tokio::test]
 async fn an_escaped_base64_flag_is_still_the_flag() {
     let db = TestDb::new().await;
-    let (receiver, _) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
     // JSON allows the key to be written with escapes; it is the same key.
     let event = r#"{"version":"2.0","isBase64\u0045ncoded":true,"body":"!!","requestContext":{"http":{"method":"POST"}}}"#;
-    let payload = payload_of(&receiver, event).await;
+    let payload = watched.payload_of(event).await;
     assert_eq!(
         (payload["statusCode"].as_u64(), slug(&payload).as_str()),
         (Some(400), "unreadable-body")
@@ -271,7 +311,7 @@ async fn an_escaped_base64_flag_is_still_the_flag() {
 #[tokio::test]
 async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_them() {
     let db = TestDb::new().await;
-    let (receiver, _) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
     let body = invoice_paid("evt_hdrs", "cus_h", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("stripe-signature", sig.as_str())];
@@ -284,7 +324,7 @@ async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_the
         let mut event = v2_event("POST", PATH, &headers, &body, false);
         event["headers"] = json!({ name: value });
         assert_eq!(
-            answer(&receiver, &event).await,
+            watched.answer(&event).await,
             (400, "unreadable-body".to_owned()),
             "{name:?}"
         );
@@ -295,10 +335,7 @@ async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_the
     // null) is read from there.
     let mut event = v1_event("POST", PATH, &headers, &body, false);
     event["headers"] = Value::Null;
-    assert_eq!(
-        answer(&receiver, &event).await,
-        (200, "processed".to_owned())
-    );
+    assert_eq!(watched.answer(&event).await, (200, "processed".to_owned()));
 
     // Where both maps name a header, the single value wins: a wrong multi-value twin does not
     // hide a right single value.
@@ -306,17 +343,15 @@ async fn headers_are_read_from_either_map_and_refused_when_http_cannot_carry_the
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let mut event = v1_event("POST", PATH, &[("stripe-signature", &sig)], &body, false);
     event["multiValueHeaders"] = json!({ "Stripe-Signature": ["t=1,v1=00"] });
-    assert_eq!(
-        answer(&receiver, &event).await,
-        (200, "processed".to_owned())
-    );
+    assert_eq!(watched.answer(&event).await, (200, "processed".to_owned()));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
 }
 
 #[tokio::test]
 async fn a_flood_of_headers_is_400_not_a_crash() {
     let db = TestDb::new().await;
-    let (receiver, logs) = db.receiver(stripe());
+    let watched = Watched::new(&db).await;
+    let logs = &watched.logs;
     let body = invoice_paid("evt_flood", "cus_flood", 1);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let many = |n: usize, multi: bool| -> serde_json::Map<String, Value> {
@@ -357,7 +392,7 @@ async fn a_flood_of_headers_is_400_not_a_crash() {
         ("over", &over),
     ] {
         assert_eq!(
-            answer(&receiver, event).await,
+            watched.answer(event).await,
             (400, "unreadable-body".to_owned()),
             "{name}"
         );
@@ -368,5 +403,5 @@ async fn a_flood_of_headers_is_400_not_a_crash() {
     // Up to the limit, the delivery is read and processed.
     let mut at = v2_event("POST", PATH, &[], &body, false);
     at["headers"] = Value::Object(many(claimonce::lambda::MAX_HEADERS, false));
-    assert_eq!(answer(&receiver, &at).await, (200, "processed".to_owned()));
+    assert_eq!(watched.answer(&at).await, (200, "processed".to_owned()));
 }
