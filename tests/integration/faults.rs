@@ -13,7 +13,7 @@ use claimonce::Receiver;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce_local::postgres::{Options, Postgres};
-use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{post_stripe, v2_event};
@@ -159,11 +159,16 @@ async fn ledger(db: &TestDb, id: &str) -> i64 {
     .await
 }
 
+/// How long an invocation in the crash loop may wait for its outcome: far longer than the test
+/// takes, so that only the emulator's answer for a dead instance can end the killed one's.
+const NEVER: Duration = Duration::from_secs(300);
+
 /// Kills the real binary with SIGKILL while its delivery's statement waits at a gate inside
 /// `table`'s insert, then opens the gate and redelivers to a fresh instance, `rounds` times.
-/// The statement was whole on the server before the kill, so the server finishes and commits
-/// it without its client; the retry must answer duplicate and the effect exist once. Returns
-/// everything the killed processes printed.
+/// The invocation the killed instance held is answered at once with Lambda's
+/// `Runtime.ExitError` (not left to time out). The statement was whole on the server before
+/// the kill, so the server finishes and commits it without its client; the retry must answer
+/// duplicate and the effect exist once. Returns everything the killed processes printed.
 async fn crash_loop(table: &str, rounds: u64) -> String {
     let db = TestDb::new().await;
     let hold = Hold::install(&db, table).await;
@@ -181,6 +186,8 @@ async fn crash_loop(table: &str, rounds: u64) -> String {
             hold.close().await;
         }
         let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+        // The command is dropped with this statement: the instance's lifeline is then held by
+        // the process alone.
         let mut victim = api
             .command(&binary, &env)
             .stdout(std::process::Stdio::piped())
@@ -189,18 +196,30 @@ async fn crash_loop(table: &str, rounds: u64) -> String {
             .expect("spawn");
         let pending = {
             let (api, event) = (Arc::clone(&api), event.clone());
-            tokio::spawn(
-                async move { api.invoke(event.to_string(), Duration::from_secs(30)).await },
-            )
+            tokio::spawn(async move { api.invoke(event.to_string(), NEVER).await })
         };
         let pid = at_the_gate(&db, 1).await;
+        // Held at the gate, it cannot have answered.
+        assert!(
+            !pending.is_finished(),
+            "round {round}: answered from the gate"
+        );
         victim.start_kill().expect("SIGKILL");
         let killed = victim.wait_with_output().await.expect("reaped");
         output.push_str(&String::from_utf8_lossy(&killed.stdout));
         output.push_str(&String::from_utf8_lossy(&killed.stderr));
-        // Held at the gate, it could not have answered before it died.
-        assert!(!pending.is_finished(), "a killed function never answered");
-        pending.abort();
+        // The emulator answers what the dead instance held, as Lambda does, without waiting
+        // out the invocation's timeout: the error only an exited runtime gets.
+        match pending.await.expect("invoke task") {
+            Ok(Outcome::Error(error)) => {
+                let error: Value = serde_json::from_slice(&error).expect("JSON error");
+                assert_eq!(
+                    error["errorType"], EXIT_ERROR_TYPE,
+                    "round {round}: {error}"
+                );
+            }
+            other => panic!("round {round}: the killed invocation ended with {other:?}"),
+        }
         assert_eq!(ledger(&db, &id).await, 0, "round {round}: held at the gate");
         hold.open().await;
         wait_gone(&db, pid).await;
@@ -209,15 +228,15 @@ async fn crash_loop(table: &str, rounds: u64) -> String {
             1,
             "round {round}: the statement committed without its client"
         );
-        // The sender's retry reaches another (fresh) execution environment.
-        let retry_env = RuntimeApi::start(f.binary).await.expect("api");
-        let _instance = retry_env
+        // The sender's retry reaches another (fresh) execution environment of the same
+        // function: the endpoint serves on past the death of one of its instances.
+        let _instance = api
             .command(&binary, &env)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("spawn");
         assert_eq!(
-            invoke(&retry_env, &event).await,
+            invoke(&api, &event).await,
             (200, "duplicate".into()),
             "round {round}"
         );
