@@ -161,14 +161,37 @@ async fn batch(client: &Client, timeouts: &Timeouts, sql: &str) -> Result<u64, S
     }
 }
 
+/// What decides, before each batch, whether the run may start another.
+pub trait Allowance {
+    /// True when one more batch may start, `done` batches into the run.
+    fn allows_another(&self, done: u32) -> bool;
+}
+
+/// The invocation's time budget: the function's own limit.
+impl Allowance for Budget {
+    fn allows_another(&self, _done: u32) -> bool {
+        self.allows_more()
+    }
+}
+
+/// At most this many batches in the run (a test's exact stop; an operator's bounded run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxBatches(pub u32);
+
+impl Allowance for MaxBatches {
+    fn allows_another(&self, done: u32) -> bool {
+        done < self.0
+    }
+}
+
 /// Removes, batch by batch, ledger rows received before `now - retention_days`, then outbox
 /// rows dispatched before it, while `budget` allows another batch. The cutoff is fixed at
 /// the start, so a run's work is finite however busy the receivers are.
-pub async fn sweep(
+pub async fn sweep<A: Allowance + ?Sized>(
     client: &Client,
     timeouts: &Timeouts,
     policy: &Policy,
-    budget: &Budget,
+    budget: &A,
 ) -> Report {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -178,7 +201,7 @@ pub async fn sweep(
     for table in [Table::Ledger, Table::Outbox] {
         let sql = table.delete(cutoff, policy.batch_size);
         loop {
-            if !budget.allows_more() {
+            if !budget.allows_another(report.batches) {
                 return report;
             }
             let removed = match batch(client, timeouts, &sql).await {
@@ -244,7 +267,7 @@ impl Sweeper {
     /// One run: connect, sweep within `budget`, log one JSON line (with the `SweptRows`
     /// metric) and return the report. A run that could not connect or whose batch failed is
     /// an error, after its line is logged.
-    pub async fn run(&self, budget: &Budget) -> Result<Report, SweepFailed> {
+    pub async fn run<A: Allowance + ?Sized>(&self, budget: &A) -> Result<Report, SweepFailed> {
         let started = Instant::now();
         let report = match self.settings.connect().await {
             Ok(client) => sweep(&client, self.settings.timeouts(), &self.policy, budget).await,
