@@ -3,12 +3,12 @@
 //! cold start, or an RDS IAM token per connection).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_config::Region;
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
-use claimonce::auth::{IamTokens, fetch_secret};
+use claimonce::auth::{IamTokens, auth_token, fetch_secret};
 use claimonce::db::{ConnectError, Connection, Database, Settings};
 use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
@@ -22,6 +22,8 @@ use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now};
 use claimonce_tests::tls::TlsServer;
 use serde_json::Value;
 use stripe_webhook::Stripe;
+use tokio::net::TcpListener;
+use tokio::process::Child;
 use tokio_postgres::Client;
 
 const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:claimonce/db-AbCdEf";
@@ -140,11 +142,7 @@ async fn a_function_configured_with_a_secret_arn_reads_it_once_and_connects_over
     let mut env = aws_env(&tls, &port);
     env.push(("DB_SECRET_ARN", ARN));
     env.push(("AWS_ENDPOINT_URL_SECRETS_MANAGER", &stub.url));
-    let mut command = api.command(&binaries().await.join(f.binary), &env);
-    command
-        .env_remove("DATABASE_URL")
-        .stdout(std::process::Stdio::null());
-    let _instance = command.spawn().expect("spawn");
+    let instance = spawn_watched(&api, &env).await;
     for sample in [
         "stripe/invoice.paid.json",
         "stripe/checkout.session.completed.json",
@@ -168,30 +166,266 @@ async fn a_function_configured_with_a_secret_arn_reads_it_once_and_connects_over
         function_session(&admin).await,
         vec![("stripe_fn".to_owned(), true)]
     );
+    let printed = everything_printed(instance).await;
+    assert!(
+        printed.contains("\"disposition\":\"duplicate\""),
+        "{printed}"
+    );
+    assert!(
+        !printed.contains("never-logged-pw"),
+        "the password in the output"
+    );
 }
 
+/// Spawns the Stripe binary on `api` with `env` (and no `DATABASE_URL`), its stdout and
+/// stderr kept for [`everything_printed`].
+async fn spawn_watched(api: &RuntimeApi, env: &[(&str, &str)]) -> Child {
+    let binary = binaries().await.join(function("stripe").binary);
+    api.command(&binary, env)
+        .env_remove("DATABASE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Ends the instance and returns everything it printed, stdout then stderr.
+async fn everything_printed(mut instance: Child) -> String {
+    instance.start_kill().expect("kill");
+    let output = instance.wait_with_output().await.expect("reaped");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The credentials the function gets from its container-credentials endpoint, and signs its
+/// IAM tokens with.
+fn session_credentials() -> Credentials {
+    Credentials::new(
+        "ASIAEXAMPLE",
+        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        Some("session-token-example".into()),
+        None,
+        "test",
+    )
+}
+
+/// The whole second of `time`.
+fn second_of(time: SystemTime) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()))
+}
+
+/// One request the function made for credentials, each made for one new connection.
+#[derive(Debug, Clone)]
+struct Asked {
+    /// The token the function signs with these credentials, when its second is known: the
+    /// second of the request was also the second of the previous one (or of the spawn), and
+    /// the function signs between the two.
+    token: Option<String>,
+    /// Whether the database user's password was then set to that token (else to one signed a
+    /// minute earlier: a well-formed token, not the one sent).
+    right: bool,
+}
+
+#[derive(Debug)]
+struct Gate {
+    /// When the function last asked (at first: before it was spawned).
+    since: SystemTime,
+    /// Set the right token as the password, or a wrong one.
+    right: bool,
+    asked: Vec<Asked>,
+    /// Every token signed here, and every password set, for the leak check.
+    tokens: Vec<String>,
+}
+
+/// The function's container-credentials endpoint (`AWS_CONTAINER_CREDENTIALS_FULL_URI`, as
+/// Lambda SnapStart and ECS give credentials). The function signs its token (at second `T`)
+/// before it asks for credentials, so when a request comes within the second of the previous
+/// one, `T` is that second and the token is known: the endpoint sets the database user's
+/// password to it (or to a wrong one) before it answers, and so before the function connects.
+/// When the second changed in between, the password is cleared and that attempt proves
+/// nothing.
+async fn credentials_endpoint(admin: Arc<Connection>, port: u16) -> (String, Arc<Mutex<Gate>>) {
+    let gate = Arc::new(Mutex::new(Gate {
+        since: SystemTime::now(),
+        right: false,
+        asked: Vec::new(),
+        tokens: Vec::new(),
+    }));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!(
+        "http://{}/credentials",
+        listener.local_addr().expect("addr")
+    );
+    let state = Arc::clone(&gate);
+    tokio::spawn(claimonce_local::http::serve(listener, move |_request| {
+        let (gate, admin) = (Arc::clone(&state), Arc::clone(&admin));
+        async move {
+            let asked = SystemTime::now();
+            let (since, right) = {
+                let mut gate = gate.lock().expect("gate");
+                (std::mem::replace(&mut gate.since, asked), gate.right)
+            };
+            let sign = |at: SystemTime| {
+                auth_token(
+                    &session_credentials(),
+                    "localhost",
+                    port,
+                    "stripe_fn",
+                    "us-east-1",
+                    at,
+                )
+                .expect("token")
+            };
+            let token = (second_of(since) == second_of(asked)).then(|| sign(second_of(asked)));
+            let password = token.as_ref().map(|_| {
+                if right {
+                    sign(second_of(asked))
+                } else {
+                    sign(second_of(asked) - Duration::from_secs(60))
+                }
+            });
+            let sql = match &password {
+                Some(p) => format!("ALTER ROLE stripe_fn PASSWORD '{}'", p.replace('\'', "''")),
+                None => "ALTER ROLE stripe_fn PASSWORD NULL".to_owned(),
+            };
+            admin.batch_execute(&sql).await.expect("set the password");
+            {
+                let mut gate = gate.lock().expect("gate");
+                gate.tokens
+                    .extend(token.iter().chain(password.iter()).cloned());
+                gate.asked.push(Asked { token, right });
+            }
+            let body = serde_json::json!({
+                "AccessKeyId": "ASIAEXAMPLE",
+                "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                "Token": "session-token-example",
+                "Expiration": "2099-01-01T00:00:00Z",
+            });
+            let mut reply = lambda_http::http::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from(body.to_string()),
+            ));
+            reply.headers_mut().insert(
+                "content-type",
+                lambda_http::http::HeaderValue::from_static("application/json"),
+            );
+            reply
+        }
+    }));
+    (url, gate)
+}
+
+/// The IAM token is what authenticates, checked on the wire: the server asks for the function
+/// user's password (SCRAM over TLS), and that password is exactly the token the function
+/// signs. A well-formed token signed for another time is refused; the right one connects.
+/// Neither, nor the signing key, is in anything the function printed.
 #[tokio::test]
-async fn a_function_with_iam_auth_connects_with_a_token_over_verified_tls() {
+async fn a_function_with_iam_auth_authenticates_with_exactly_its_token_over_verified_tls() {
     let (tls, admin) = server().await;
+    tls.require_password(&admin, "stripe_fn").await;
+    let admin = Arc::new(admin);
+    let (credentials_url, gate) = credentials_endpoint(Arc::clone(&admin), tls.server.port).await;
     let f = function("stripe");
     let api = RuntimeApi::start(f.binary).await.expect("api");
     let port = tls.server.port.to_string();
-    let mut env = aws_env(&tls, &port);
-    env.push(("DB_IAM_AUTH", "true"));
-    env.push(("DB_USER", "stripe_fn"));
+    let missing = std::env::temp_dir().join("claimonce-no-aws-files");
+    let missing = missing.to_str().expect("utf-8 path");
+    let env = [
+        ("DB_HOST", "localhost"),
+        ("DB_PORT", port.as_str()),
+        ("DB_NAME", "postgres"),
+        ("PGSSLROOTCERT", tls.ca.to_str().expect("utf-8 path")),
+        ("AWS_REGION", "us-east-1"),
+        ("DB_IAM_AUTH", "true"),
+        ("DB_USER", "stripe_fn"),
+        (
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            credentials_url.as_str(),
+        ),
+        ("AWS_SHARED_CREDENTIALS_FILE", missing),
+        ("AWS_CONFIG_FILE", missing),
+        (f.secret_var, f.dev_secret),
+    ];
     let mut command = api.command(&binaries().await.join(f.binary), &env);
-    command
-        .env_remove("DATABASE_URL")
-        .stdout(std::process::Stdio::null());
-    let _instance = command.spawn().expect("spawn");
-    assert_eq!(
-        invoke(&api, "stripe/invoice.paid.json").await,
-        (200, "processed".into())
-    );
+    for variable in [
+        "DATABASE_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ] {
+        command.env_remove(variable);
+    }
+    let instance = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(command);
+
+    // First a wrong token as the password, until one attempt's token was known: refused.
+    // Then the right one: it authenticates. An attempt whose second is not known is retried.
+    let (mut refused, mut authenticated) = (0, 0);
+    for _ in 0..10 {
+        if authenticated > 0 {
+            break;
+        }
+        let right = refused > 0;
+        let before = {
+            let mut gate = gate.lock().expect("gate");
+            gate.right = right;
+            gate.asked.len()
+        };
+        let answer = invoke(&api, "stripe/invoice.paid.json").await;
+        let asked: Vec<Asked> = gate.lock().expect("gate").asked[before..].to_vec();
+        assert!(!asked.is_empty(), "a new connection asks for credentials");
+        // What each request was, for the messages: (its token known, the right password set).
+        let seen: Vec<(bool, bool)> = asked.iter().map(|a| (a.token.is_some(), a.right)).collect();
+        let known = asked.iter().any(|a| a.token.is_some());
+        if !right {
+            // Every password set was not the token sent (a wrong token, or none): refused.
+            assert_eq!(answer.0, 500, "accepted without its token: {seen:?}");
+            if known {
+                refused += 1;
+            }
+        } else if known {
+            assert_eq!(answer, (200, "processed".into()), "{seen:?}");
+            authenticated += 1;
+        } else {
+            assert_eq!(answer.0, 500, "accepted without its token: {seen:?}");
+        }
+    }
+    assert_eq!((refused > 0, authenticated), (true, 1));
     assert_eq!(
         function_session(&admin).await,
         vec![("stripe_fn".to_owned(), true)]
     );
+
+    let printed = everything_printed(instance).await;
+    // PostgreSQL's words for 28P01 (invalid_password), in the failed deliveries' lines.
+    assert!(
+        printed.contains("password authentication failed for user"),
+        "the refusal is the server's: {printed}"
+    );
+    let tokens = gate.lock().expect("gate").tokens.clone();
+    assert!(!tokens.is_empty());
+    for token in &tokens {
+        let signature = token
+            .split('&')
+            .find_map(|p| p.strip_prefix("X-Amz-Signature="))
+            .expect("signed");
+        assert_eq!(signature.len(), 64, "{signature}");
+        assert!(!printed.contains(token.as_str()), "a token in the output");
+        assert!(
+            !printed.contains(signature),
+            "a token's signature in the output"
+        );
+    }
+    for secret in ["wJalrXUtnFEMI", "session-token-example"] {
+        assert!(!printed.contains(secret), "{secret} in the output");
+    }
 }
 
 #[tokio::test]
