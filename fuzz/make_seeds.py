@@ -181,6 +181,15 @@ def apigw_event() -> None:
           b'"requestContext":{"http":{"method":"POST"}}}')
 
 
+def hub_signature() -> None:
+    t = "hub_signature"
+    # GitHub's published example, and the same signature with a changed body.
+    sig = b"sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    write(t, "github-vector", sig + b"\nHello, World!")
+    write(t, "github-vector-other-body", sig + b"\nHello, World?")
+    write(t, "sha1", b"sha1=0123456789abcdef0123456789abcdef01234567\n{}")
+
+
 def signed_bodies() -> None:
     t = "signed_bodies"
     for name, provider, event, body, _ in events():
@@ -215,6 +224,7 @@ def main() -> None:
     timestamp_v1()
     standard_webhooks()
     apigw_event()
+    hub_signature()
     signed_bodies()
 
 

@@ -1,16 +1,16 @@
 //! Arbitrary bodies behind a VALID signature: each input is signed with the receiver's own
-//! secret at the current time, then admitted by both receivers. This fuzzes the Stripe and
-//! Resend parsers, which only ever see signed bodies, and the effects they queue.
+//! secret at the current time, then admitted by every receiver. This fuzzes the Stripe,
+//! Resend and GitHub parsers, which only ever see signed bodies, and the effects they queue.
 //!
 //! A signed body may be any event or none, so `Ok` and `Err` are both fine; but the signature
 //! must always pass (the only refusal left is `InvalidPayload`, a 400), an accepted event has
 //! a usable ledger key, and an effect queues statements exactly when it says it processed.
 #![no_main]
 
-use claimonce::verify::{standard_webhooks, timestamp_v1};
+use claimonce::verify::{hub_signature, standard_webhooks, timestamp_v1};
 use claimonce::pipeline::statement;
 use claimonce::{Admitted, Effect, Parsed, Problem, Rejection};
-use claimonce_fuzz::{RECEIVERS, RESEND_SECRET, STRIPE_SECRET, unix_now};
+use claimonce_fuzz::{GITHUB_SECRET, RECEIVERS, RESEND_SECRET, STRIPE_SECRET, unix_now};
 use lambda_http::http::Method;
 use lambda_http::{Body, Request};
 use libfuzzer_sys::fuzz_target;
@@ -37,7 +37,8 @@ fn check<E>(
             assert_eq!(rejection.problem.status(), 400);
         }
         Ok(Admitted { parsed, .. }) => {
-            assert!(!parsed.event_id.is_empty() && parsed.event_id.len() <= 255);
+            let id = parsed.event_id.as_str();
+            assert!(!id.is_empty() && id.len() <= 255 && !id.contains('\0'));
             // The delivery statement composes for whatever effect the event has, and calls
             // that effect under the claim.
             let effect = effect(&parsed);
@@ -59,7 +60,7 @@ fuzz_target!(|body: &[u8]| {
     );
     let stripe = request(&[("stripe-signature", stripe_signature)], body);
     check(receivers.stripe.admit(&stripe, now), |parsed| {
-        stripe_webhook::effect(&parsed.event_id, &parsed.event)
+        stripe_webhook::effect(parsed.event_id.as_str(), &parsed.event)
     });
 
     let signature = standard_webhooks::sign(RESEND_SECRET, MESSAGE_ID, now, body).expect("secret");
@@ -74,10 +75,26 @@ fuzz_target!(|body: &[u8]| {
         );
         let admitted = receivers.resend.admit(&resend, now);
         if let Ok(a) = &admitted {
-            assert_eq!(a.parsed.event_id, MESSAGE_ID);
+            assert_eq!(a.parsed.event_id.as_str(), MESSAGE_ID);
         }
         check(admitted, |parsed| {
-            resend_webhook::effect(&parsed.event_id, &parsed.event_type, &parsed.event)
+            resend_webhook::effect(parsed.event_id.as_str(), &parsed.event_type, &parsed.event)
+        });
+    }
+
+    // GitHub: the event name is an unsigned header; each one reads the body its own way.
+    let signature = hub_signature::sign(GITHUB_SECRET, body);
+    for event in ["installation", "installation_repositories", "ping", "push"] {
+        let github = request(
+            &[
+                ("x-hub-signature-256", signature.clone()),
+                ("x-github-event", event.to_owned()),
+                ("x-github-delivery", "fuzz-delivery".to_owned()),
+            ],
+            body,
+        );
+        check(receivers.github.admit(&github, now), |parsed| {
+            github_webhook::effect(&parsed.event)
         });
     }
     receivers.take_log();

@@ -11,14 +11,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::{Captured, Log};
 use claimonce::{Limits, Receiver};
+use github_webhook::GitHub;
 use resend_webhook::Resend;
 use stripe_webhook::Stripe;
 
-/// Stripe's local development secret (`local/src/functions.rs`): the sample events are signed
-/// with it.
+/// Stripe's local development secret (`dev_secret` in `functions/stripe/Cargo.toml`): the
+/// sample events are signed with it.
 pub const STRIPE_SECRET: &str = "whsec_claimonce_local_dev";
-/// Resend's local development secret (`local/src/functions.rs`).
+/// Resend's local development secret (`functions/resend/Cargo.toml`).
 pub const RESEND_SECRET: &str = "whsec_Y2xhaW1vbmNlLWxvY2FsLWRldmVsb3BtZW50LWtleSE=";
+/// GitHub's local development secret (`functions/github/Cargo.toml`).
+pub const GITHUB_SECRET: &str = "claimonce-local-github-secret";
 /// The signature tolerance the functions default to.
 pub const TOLERANCE: u64 = 300;
 /// Bodies above this are refused with 413; small, so that libFuzzer's inputs reach that path.
@@ -27,13 +30,15 @@ pub const MAX_BODY_BYTES: usize = 4096;
 /// A closed port on loopback: a connection attempt is refused at once.
 const UNREACHABLE_DATABASE: &str = "postgres://u@127.0.0.1:1/x?sslmode=disable";
 
-/// Both receivers, and the log lines they wrote for the current input.
+/// Every receiver, and the log lines they wrote for the current input.
 #[derive(Debug)]
 pub struct Receivers {
     /// The Stripe function's receiver.
     pub stripe: Receiver<Stripe>,
     /// The Resend function's receiver.
     pub resend: Receiver<Resend>,
+    /// The GitHub function's receiver.
+    pub github: Receiver<GitHub>,
     log: Captured,
 }
 
@@ -72,6 +77,12 @@ pub static RECEIVERS: LazyLock<Receivers> = LazyLock::new(|| {
         ),
         resend: Receiver::new(
             Resend::new(&[RESEND_SECRET], TOLERANCE).expect("secret"),
+            database(),
+            limits.clone(),
+            log.clone(),
+        ),
+        github: Receiver::new(
+            GitHub::new(&[GITHUB_SECRET]).expect("secret"),
             database(),
             limits,
             log,
