@@ -15,17 +15,45 @@ use serde::Deserialize;
 /// How long an IAM token is valid; RDS accepts at most 15 minutes.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
 
-/// Why credentials could not be had. Messages never contain a secret value.
+/// Why credentials could not be had, and the error that caused it when there is one.
+/// Messages never contain a secret value.
 #[derive(Debug)]
-pub struct AuthError(pub String);
+pub struct AuthError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
 
-impl std::fmt::Display for AuthError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl AuthError {
+    /// A failure with no underlying error.
+    pub fn new(message: String) -> Self {
+        Self {
+            message,
+            source: None,
+        }
+    }
+
+    /// A failure caused by `source` (kept, for [`std::error::Error::source`]).
+    pub fn caused(message: String, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            message,
+            source: Some(Box::new(source)),
+        }
     }
 }
 
-impl std::error::Error for AuthError {}
+impl std::fmt::Display for AuthError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AuthError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 fn percent_encode(s: &str) -> String {
     s.bytes()
@@ -49,7 +77,7 @@ pub fn auth_token(
     region: &str,
     time: SystemTime,
 ) -> Result<String, AuthError> {
-    let fail = |what: &str| AuthError(format!("could not sign the IAM auth token: {what}"));
+    let fail = |what: &str| AuthError::new(format!("could not sign the IAM auth token: {what}"));
     let identity = credentials.clone().into();
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
@@ -120,11 +148,9 @@ impl IamTokens {
 
     /// A fresh token, valid for [`TOKEN_LIFETIME`] from `now`.
     pub async fn token(&self, now: SystemTime) -> Result<String, AuthError> {
-        let credentials = self
-            .credentials
-            .provide_credentials()
-            .await
-            .map_err(|e| AuthError(format!("no AWS credentials for IAM database auth: {e}")))?;
+        let credentials = self.credentials.provide_credentials().await.map_err(|e| {
+            AuthError::caused(format!("no AWS credentials for IAM database auth: {e}"), e)
+        })?;
         auth_token(
             &credentials,
             &self.host,
@@ -174,7 +200,7 @@ pub fn parse_secret(json: &str) -> Result<DbSecret, AuthError> {
         dbname: Option<String>,
     }
     let raw: Raw = serde_json::from_str(json).map_err(|_| {
-        AuthError(
+        AuthError::new(
             "the database secret is not the standard RDS JSON (username, password, ...)".into(),
         )
     })?;
@@ -219,20 +245,60 @@ pub async fn fetch_secret(
         .send()
         .await
         .map_err(|e| {
-            AuthError(format!(
+            let message = format!(
                 "could not read the database secret: {}",
                 aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
-            ))
+            );
+            AuthError::caused(message, e)
         })?;
     let text = output
         .secret_string()
-        .ok_or_else(|| AuthError("the database secret has no SecretString".into()))?;
+        .ok_or_else(|| AuthError::new("the database secret has no SecretString".into()))?;
     parse_secret(text)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A credential chain that has nothing, as a function without a role would.
+    #[derive(Debug)]
+    struct NoCredentials;
+
+    impl ProvideCredentials for NoCredentials {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+                aws_credential_types::provider::error::CredentialsError::not_loaded(
+                    "no role in this test",
+                ),
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failure_keeps_its_cause() {
+        let tokens = IamTokens::new(
+            SharedCredentialsProvider::new(NoCredentials),
+            "db.example",
+            5432,
+            "stripe_fn",
+            "eu-west-1",
+        );
+        let error = tokens.token(noon()).await.expect_err("no credentials");
+        let cause = std::error::Error::source(&error).expect("the cause is kept");
+        assert!(
+            cause
+                .downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+                .is_some(),
+            "{cause:?}"
+        );
+        assert!(std::error::Error::source(&AuthError::new("plain".into())).is_none());
+    }
 
     /// 2026-11-29T12:00:00Z.
     fn noon() -> SystemTime {

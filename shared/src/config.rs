@@ -2,24 +2,67 @@
 //! names the variable and never echoes its value (it may be a secret).
 
 use std::fmt;
+use std::sync::Arc;
 
-/// A configuration problem, reported once at start-up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+/// A configuration problem, reported once at start-up: what is wrong, in words that name the
+/// variable and never its value, and the error that caused it when there is one.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "configuration error: {}", self.0)
+impl ConfigError {
+    /// A problem with no underlying error.
+    pub fn new(message: String) -> Self {
+        Self {
+            message,
+            source: None,
+        }
+    }
+
+    /// A problem caused by `source` (kept, for [`std::error::Error::source`]).
+    pub fn caused(message: String, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            message,
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
-impl std::error::Error for ConfigError {}
+/// Two configuration errors are the same problem when they say the same thing.
+impl PartialEq for ConfigError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for ConfigError {}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "configuration error: {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// The value of a variable that must be set and non-empty.
 pub fn required(name: &str) -> Result<String, ConfigError> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => Ok(v),
-        _ => Err(ConfigError(format!("{name} must be set"))),
+        _ => Err(ConfigError::new(format!("{name} must be set"))),
     }
 }
 
@@ -35,7 +78,7 @@ pub fn number(name: &str, default: u64) -> Result<u64, ConfigError> {
         Some(v) => v
             .trim()
             .parse()
-            .map_err(|_| ConfigError(format!("{name} must be a non-negative integer"))),
+            .map_err(|_| ConfigError::new(format!("{name} must be a non-negative integer"))),
     }
 }
 
@@ -54,7 +97,7 @@ pub fn tolerance_seconds() -> Result<u64, ConfigError> {
 /// Checks a tolerance against [`MAX_TOLERANCE_SECONDS`].
 pub fn check_tolerance(seconds: u64) -> Result<u64, ConfigError> {
     if seconds > MAX_TOLERANCE_SECONDS {
-        return Err(ConfigError(format!(
+        return Err(ConfigError::new(format!(
             "WEBHOOK_TOLERANCE_SECONDS must be at most {MAX_TOLERANCE_SECONDS}: a signature \
              accepted for longer could be replayed for longer"
         )));
@@ -67,10 +110,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_caused_error_keeps_its_cause_and_compares_by_message() {
+        let cause = std::io::Error::other("underneath");
+        let error = ConfigError::caused("DB_SECRET_ARN: unreadable".into(), cause);
+        let source = std::error::Error::source(&error).expect("kept");
+        assert_eq!(
+            source
+                .downcast_ref::<std::io::Error>()
+                .map(ToString::to_string),
+            Some("underneath".to_owned())
+        );
+        assert_eq!(error, ConfigError::new("DB_SECRET_ARN: unreadable".into()));
+        assert!(std::error::Error::source(&ConfigError::new("x".into())).is_none());
+    }
+
+    #[test]
     fn the_tolerance_stays_far_below_the_retention_window() {
         assert_eq!(check_tolerance(300), Ok(300));
         assert_eq!(check_tolerance(3600), Ok(3600));
         let refused = check_tolerance(86_400).expect_err("a day is too long");
-        assert!(refused.0.contains("WEBHOOK_TOLERANCE_SECONDS"), "{refused}");
+        assert!(
+            refused.message().contains("WEBHOOK_TOLERANCE_SECONDS"),
+            "{refused}"
+        );
     }
 }

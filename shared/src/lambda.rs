@@ -69,8 +69,7 @@ struct Context<'a> {
 }
 
 /// API Gateway's request id, carried in the request's extensions to the delivery's log line.
-#[derive(Debug, Clone)]
-#[derive(Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct HttpContext<'a> {
     #[serde(borrow)]
     method: Cow<'a, str>,

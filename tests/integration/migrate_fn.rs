@@ -251,7 +251,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
         "{body}"
     );
     let unconfigured = Migrator::new(
-        Err(ConfigError(
+        Err(ConfigError::new(
             "set DATABASE_URL, or DB_HOST and DB_NAME".into(),
         )),
         claimonce_migrations::ALL,

@@ -40,7 +40,7 @@ impl GitHub {
     /// A provider that accepts signatures from any of `secrets` (several during a rotation).
     pub fn new(secrets: &[&str]) -> Result<Self, ConfigError> {
         let verifier = HubSignature256::new(SIGNATURE_HEADER, secrets)
-            .ok_or_else(|| ConfigError("GITHUB_WEBHOOK_SECRET holds no secret".into()))?;
+            .ok_or_else(|| ConfigError::new("GITHUB_WEBHOOK_SECRET holds no secret".into()))?;
         Ok(Self { verifier })
     }
 

@@ -62,7 +62,7 @@ impl RoleName {
         if valid {
             Ok(Self(name.to_owned()))
         } else {
-            Err(ConfigError(format!(
+            Err(ConfigError::new(format!(
                 "DB_HANDLER_USERS: {name:?} is not a role name this function accepts (1 to 63 \
                  ASCII letters, digits, _ or -, starting with a letter or _)"
             )))
@@ -120,7 +120,7 @@ impl Options {
         let ms = |name: &str, default: Duration| -> Result<Duration, ConfigError> {
             let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
             match config::number(name, default)? {
-                0 => Err(ConfigError(format!("{name} must be greater than 0"))),
+                0 => Err(ConfigError::new(format!("{name} must be greater than 0"))),
                 n => Ok(Duration::from_millis(n)),
             }
         };

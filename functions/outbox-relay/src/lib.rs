@@ -111,7 +111,7 @@ impl Options {
         let batch = config::number("OUTBOX_BATCH_SIZE", 25)?;
         let send_ms = config::number("OUTBOX_SEND_TIMEOUT_MS", 5000)?;
         if !(1..=1000).contains(&batch) || send_ms == 0 {
-            return Err(ConfigError(
+            return Err(ConfigError::new(
                 "OUTBOX_BATCH_SIZE must be between 1 and 1000 and OUTBOX_SEND_TIMEOUT_MS above 0"
                     .into(),
             ));

@@ -25,7 +25,9 @@ impl Resend {
     /// A provider that accepts signatures from any of `secrets` (`whsec_<base64>`).
     pub fn new(secrets: &[&str], tolerance: u64) -> Result<Self, ConfigError> {
         let verifier = StandardWebhooks::new(secrets, tolerance).map_err(|_| {
-            ConfigError("RESEND_WEBHOOK_SECRET must hold one or more whsec_<base64> secrets".into())
+            ConfigError::new(
+                "RESEND_WEBHOOK_SECRET must hold one or more whsec_<base64> secrets".into(),
+            )
         })?;
         Ok(Self { verifier })
     }

@@ -53,14 +53,14 @@ impl Policy {
     /// Checks the bounds.
     pub fn new(retention_days: u32, batch_size: u32) -> Result<Self, ConfigError> {
         if !(MIN_RETENTION_DAYS..=36_500).contains(&retention_days) {
-            return Err(ConfigError(format!(
+            return Err(ConfigError::new(format!(
                 "RETENTION_DAYS must be between {MIN_RETENTION_DAYS} and 36500: a shorter window \
                  would forget events their senders may still redeliver (Stripe keeps events for \
                  30 days)"
             )));
         }
         if !(1..=100_000).contains(&batch_size) {
-            return Err(ConfigError(
+            return Err(ConfigError::new(
                 "SWEEP_BATCH_SIZE must be between 1 and 100000".into(),
             ));
         }

@@ -26,7 +26,7 @@ impl Stripe {
     /// A provider that accepts signatures from any of `secrets` within `tolerance` seconds.
     pub fn new(secrets: &[&str], tolerance: u64) -> Result<Self, ConfigError> {
         let verifier = TimestampV1::new(SIGNATURE_HEADER, secrets, tolerance)
-            .ok_or_else(|| ConfigError("STRIPE_WEBHOOK_SECRET holds no secret".into()))?;
+            .ok_or_else(|| ConfigError::new("STRIPE_WEBHOOK_SECRET holds no secret".into()))?;
         Ok(Self { verifier })
     }
 

@@ -152,7 +152,7 @@ mod tests {
         };
         assert!(is(failed.source(), inner), "{failed:?}");
 
-        let credentials = ConnectError::Credentials(AuthError("no token".into()));
+        let credentials = ConnectError::Credentials(AuthError::new("no token".into()));
         let ConnectError::Credentials(inner) = &credentials else {
             unreachable!()
         };
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_delivery_error_keeps_its_cause() {
-        let connect = DeliveryError::Connect(ConnectError::Credentials(AuthError("x".into())));
+        let connect = DeliveryError::Connect(ConnectError::Credentials(AuthError::new("x".into())));
         let DeliveryError::Connect(inner) = &connect else {
             unreachable!()
         };

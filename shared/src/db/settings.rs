@@ -46,7 +46,7 @@ impl Timeouts {
             ms("DB_DELIVERY_TIMEOUT_MS", 5000)?,
         );
         if t.connect.is_zero() || t.delivery.is_zero() {
-            return Err(ConfigError(
+            return Err(ConfigError::new(
                 "DB_CONNECT_TIMEOUT_MS and DB_DELIVERY_TIMEOUT_MS must be greater than 0".into(),
             ));
         }
@@ -133,14 +133,14 @@ impl Settings {
         let iam = config::optional("DB_IAM_AUTH").is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let secret_arn = config::optional("DB_SECRET_ARN");
         if !iam && secret_arn.is_none() {
-            return Err(ConfigError(
+            return Err(ConfigError::new(
                 "set DATABASE_URL, or DB_HOST and DB_NAME with DB_IAM_AUTH=true or DB_SECRET_ARN"
                     .into(),
             ));
         }
         let aws = crate::auth::aws_config().load().await;
         let port = u16::try_from(config::number("DB_PORT", 5432)?)
-            .map_err(|_| ConfigError("DB_PORT must be a port number".into()))?;
+            .map_err(|_| ConfigError::new("DB_PORT must be a port number".into()))?;
         let mut settings = Self::verified(config::required("DB_HOST")?, port, timeouts, root)?;
         settings.config.dbname(config::required("DB_NAME")?);
         if iam {
@@ -148,9 +148,9 @@ impl Settings {
             let region = aws
                 .region()
                 .map(ToString::to_string)
-                .ok_or_else(|| ConfigError("AWS_REGION must be set for DB_IAM_AUTH".into()))?;
+                .ok_or_else(|| ConfigError::new("AWS_REGION must be set for DB_IAM_AUTH".into()))?;
             let credentials = aws.credentials_provider().ok_or_else(|| {
-                ConfigError("no AWS credential provider is configured for DB_IAM_AUTH".into())
+                ConfigError::new("no AWS credential provider is configured for DB_IAM_AUTH".into())
             })?;
             let host = settings.host();
             settings.config.user(&user);
@@ -159,7 +159,7 @@ impl Settings {
             settings
                 .use_secret(aws, arn)
                 .await
-                .map_err(|e| ConfigError(format!("DB_SECRET_ARN: {e}")))?;
+                .map_err(|e| ConfigError::caused(format!("DB_SECRET_ARN: {e}"), e))?;
         }
         Ok(settings)
     }
@@ -202,7 +202,7 @@ impl Settings {
         settings
             .use_secret(aws, arn.to_owned())
             .await
-            .map_err(|e| ConfigError(format!("DB_SECRET_ARN: {e}")))?;
+            .map_err(|e| ConfigError::caused(format!("DB_SECRET_ARN: {e}"), e))?;
         Ok(settings)
     }
 
@@ -272,7 +272,7 @@ impl Settings {
     ) -> Result<Self, ConfigError> {
         let (url, mode) = normalize_sslmode(url)?;
         let mut config = Config::from_str(&url).map_err(|_| {
-            ConfigError("DATABASE_URL is not a valid PostgreSQL connection string".into())
+            ConfigError::new("DATABASE_URL is not a valid PostgreSQL connection string".into())
         })?;
         config.connect_timeout(timeouts.connect);
         let tls = match mode {

@@ -26,12 +26,12 @@ pub(super) fn normalize_sslmode(url: &str) -> Result<(String, SslMode), ConfigEr
         "disable" => SslMode::Disable,
         "require" | "verify-ca" | "verify-full" => SslMode::Require,
         "prefer" | "allow" => {
-            return Err(ConfigError(format!(
+            return Err(ConfigError::new(format!(
                 "sslmode={value} may fall back to an unencrypted connection; use sslmode=require \
                  (verified TLS) or sslmode=disable (local development only)"
             )));
         }
-        _ => return Err(ConfigError("sslmode has an unknown value".into())),
+        _ => return Err(ConfigError::new("sslmode has an unknown value".into())),
     };
     let replacement = if mode == SslMode::Disable {
         "disable"
@@ -51,8 +51,9 @@ pub(super) fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnec
     let mut roots = rustls::RootCertStore::empty();
     match root_cert {
         Some(path) => {
-            let bad =
-                || ConfigError("PGSSLROOTCERT is not a readable PEM certificate bundle".into());
+            let bad = || {
+                ConfigError::new("PGSSLROOTCERT is not a readable PEM certificate bundle".into())
+            };
             for cert in CertificateDer::pem_file_iter(path).map_err(|_| bad())? {
                 roots.add(cert.map_err(|_| bad())?).map_err(|_| bad())?;
             }
@@ -65,7 +66,7 @@ pub(super) fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnec
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|_| ConfigError("TLS protocol versions unavailable".into()))?
+        .map_err(|_| ConfigError::new("TLS protocol versions unavailable".into()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
