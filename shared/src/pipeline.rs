@@ -124,7 +124,7 @@ impl Forwardable {
 
 /// The ledger row this delivery tries to insert.
 #[derive(Debug)]
-pub struct Claim<'a> {
+pub(crate) struct Claim<'a> {
     /// Ledger namespace of the provider.
     pub provider: &'a str,
     /// The provider's event id.
@@ -137,7 +137,7 @@ pub struct Claim<'a> {
 
 /// How the delivery statement ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Finished {
+pub(crate) enum Finished {
     /// Won the claim and committed it with the effect.
     Processed,
     /// Won the claim; the event has no effect, so only the claim was committed.
@@ -176,7 +176,7 @@ pub fn statement(effect: Option<&Effect>) -> String {
 /// Sends the delivery statement on `client` and reads its one row. An error means the
 /// statement's implicit transaction did not commit (or, if the connection was lost after
 /// sending, that whether it committed is unknown).
-pub async fn run(
+pub(crate) async fn run(
     client: &Client,
     claim: &Claim<'_>,
     effect: Option<&Effect>,

@@ -10,12 +10,12 @@
 //! GitHub's settings. What this costs is in ARCHITECTURE.md ("GitHub's ledger key").
 
 use claimonce::config::{self, ConfigError};
-use claimonce::pipeline::Forwardable;
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};
 use claimonce::verify::hub_signature::HubSignature256;
 use claimonce::verify::{Verify, lower_hex, split_secrets};
 use claimonce::{
-    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+    Effect, EventId, Forwardable, Param, Parsed, Problem, Provider, Rejection, Signed, Type,
+    Unsigned,
 };
 use serde::Deserialize;
 

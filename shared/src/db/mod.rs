@@ -248,7 +248,7 @@ impl Database {
     /// first attempt did commit, the second finds the claim taken and answers duplicate. When
     /// the deadline passes with the statement sent, the statement is cancelled on the server
     /// and the connection closed.
-    pub async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         claim: &Claim<'_>,
         effect: Option<&Effect>,
