@@ -2,6 +2,7 @@
 //! binaries hand them over (the event's text through the project's own event reader,
 //! `Receiver::handle_event`), and helpers to read the responses.
 
+use std::borrow::Borrow;
 use std::ops::Deref;
 
 use base64::Engine;
@@ -120,6 +121,13 @@ impl Answer {
     }
 }
 
+/// For [`outcome`], which takes an answer as readily as a bare response.
+impl Borrow<Response<Body>> for Answer {
+    fn borrow(&self) -> &Response<Body> {
+        self.0.response()
+    }
+}
+
 impl Deref for Answer {
     type Target = Response<Body>;
 
@@ -180,6 +188,38 @@ pub fn post(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Request {
 /// The response body as JSON.
 pub fn json_body(response: &Response<Body>) -> Value {
     serde_json::from_slice(response.body()).expect("JSON response body")
+}
+
+/// What an answer says, as the suite compares it: its status and its name, the body's
+/// `disposition` or the last segment of its problem `type` (`about:blank` for the generic 500).
+/// For a response in the process: an [`Answer`], or what `Receiver::handle` returns.
+pub fn outcome(response: &impl Borrow<Response<Body>>) -> (u16, String) {
+    let response = response.borrow();
+    (response.status().as_u16(), name(&json_body(response)))
+}
+
+/// [`outcome`] of an API Gateway response payload as JSON: what a function binary returns to
+/// its runtime, or an [`Answer`]'s [`payload`](Answer::payload).
+pub fn payload_outcome(payload: &Value) -> (u16, String) {
+    let body: Value =
+        serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("JSON body");
+    let status = payload["statusCode"]
+        .as_u64()
+        .and_then(|s| u16::try_from(s).ok())
+        .unwrap_or(0);
+    (status, name(&body))
+}
+
+/// A response body's name: its `disposition`, or the last segment of its problem `type`.
+fn name(body: &Value) -> String {
+    body["disposition"]
+        .as_str()
+        .or(body["type"].as_str())
+        .unwrap_or("")
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_owned()
 }
 
 /// The response's content type.

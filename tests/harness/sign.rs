@@ -1,12 +1,25 @@
-//! Signing as the senders sign, and event bodies shaped as they send them.
+//! Signing as the senders sign, event bodies shaped as they send them, and the providers
+//! configured with the suite's secrets.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use claimonce::verify::timestamp_v1;
+use resend_webhook::Resend;
 use serde_json::{Value, json};
+use stripe_webhook::Stripe;
 
 /// The Stripe secret the tests configure.
 pub const STRIPE_SECRET: &str = "whsec_test_secret";
+
+/// The Stripe provider as the tests configure it: [`STRIPE_SECRET`], 300 s tolerance.
+pub fn stripe() -> Stripe {
+    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
+}
+
+/// The Resend provider as the tests configure it: [`RESEND_SECRET`], 300 s tolerance.
+pub fn resend() -> Resend {
+    Resend::new(&[RESEND_SECRET], 300).expect("secret")
+}
 
 /// Unix seconds now.
 pub fn now() -> u64 {

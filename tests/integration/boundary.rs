@@ -6,30 +6,14 @@
 use claimonce::Receiver;
 use claimonce::log::Captured;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{v1_event, v2_event};
+use claimonce_tests::apigw::{payload_outcome, v1_event, v2_event};
 use claimonce_tests::db::receiver_at;
 use claimonce_tests::proxy::WireProxy;
-use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe_header};
+use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now, stripe, stripe_header};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
 const PATH: &str = "/webhooks/stripe";
-
-fn stripe() -> Stripe {
-    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
-}
-
-fn slug(payload: &Value) -> String {
-    let body: Value = serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("JSON");
-    body["type"]
-        .as_str()
-        .or(body["disposition"].as_str())
-        .unwrap_or("")
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_owned()
-}
 
 /// A Stripe receiver whose database is reached only through a proxy that counts what it
 /// carries. It has not connected yet: its first delivery that reaches the database does.
@@ -69,9 +53,8 @@ impl Watched {
         payload
     }
 
-    async fn answer(&self, event: &Value) -> (u64, String) {
-        let payload = self.payload_of(&event.to_string()).await;
-        (payload["statusCode"].as_u64().unwrap_or(0), slug(&payload))
+    async fn answer(&self, event: &Value) -> (u16, String) {
+        payload_outcome(&self.payload_of(&event.to_string()).await)
     }
 }
 
@@ -89,7 +72,7 @@ async fn a_body_flagged_base64_that_is_not_base64_is_400_not_a_crash() {
         event["body"] = Value::String("%%% not base64 %%%".into());
         let payload = watched.payload_of(&event.to_string()).await;
         assert_eq!(payload["statusCode"], 400);
-        assert_eq!(slug(&payload), "unreadable-body");
+        assert_eq!(payload_outcome(&payload).1, "unreadable-body");
     }
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     let logged = logs.lock().expect("logs").join("\n");
@@ -121,7 +104,7 @@ async fn responses_come_back_in_the_format_the_event_came_in() {
         v1["multiValueHeaders"]["content-type"][0],
         "application/json"
     );
-    assert_eq!(slug(&v1), "processed");
+    assert_eq!(payload_outcome(&v1).1, "processed");
 }
 
 #[tokio::test]
@@ -140,7 +123,7 @@ async fn hostile_and_malformed_requests_are_refused_before_the_database() {
     let post = |headers: &[(&str, &str)], b: &[u8], base64: bool| {
         v2_event("POST", PATH, headers, b, base64)
     };
-    let cases: Vec<(&str, Value, u64, &str)> = vec![
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
         (
             "empty body",
             post(&[("stripe-signature", &sign(b""))], b"", false),
@@ -303,8 +286,8 @@ async fn an_escaped_base64_flag_is_still_the_flag() {
     let event = r#"{"version":"2.0","isBase64\u0045ncoded":true,"body":"!!","requestContext":{"http":{"method":"POST"}}}"#;
     let payload = watched.payload_of(event).await;
     assert_eq!(
-        (payload["statusCode"].as_u64(), slug(&payload).as_str()),
-        (Some(400), "unreadable-body")
+        payload_outcome(&payload),
+        (400, "unreadable-body".to_owned())
     );
 }
 

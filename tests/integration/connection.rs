@@ -8,13 +8,9 @@ use claimonce::{Limits, Receiver};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{Answer, json_body, post_stripe};
 use claimonce_tests::db::test_timeouts;
-use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid};
+use claimonce_tests::sign::{invoice_paid, stripe};
 use claimonce_tests::tls::TlsServer;
 use stripe_webhook::Stripe;
-
-fn stripe() -> Stripe {
-    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
-}
 
 async fn deliver(receiver: &Receiver<Stripe>, id: &str) -> Answer {
     post_stripe(receiver, &invoice_paid(id, "cus_conn", 1)).await

@@ -16,17 +16,13 @@ use claimonce_local::postgres::{Options, Postgres};
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{post_stripe, v2_event};
+use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe, v2_event};
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::lambda::{binaries, function};
-use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, invoice_paid, now};
+use claimonce_tests::sign::{checkout_completed, invoice_paid, now, stripe};
 use serde_json::Value;
 use stripe_webhook::Stripe;
 use tokio::sync::Mutex;
-
-fn stripe() -> Stripe {
-    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
-}
 
 /// How many times the loops run: `CLAIMONCE_FAULT_ITERATIONS`, default `default`.
 fn iterations(default: u64) -> u64 {
@@ -134,20 +130,13 @@ fn signed_event(body: &[u8]) -> Value {
     event
 }
 
-async fn invoke(api: &RuntimeApi, event: &Value) -> (u64, String) {
+async fn invoke(api: &RuntimeApi, event: &Value) -> (u16, String) {
     match api
         .invoke(event.to_string(), Duration::from_secs(30))
         .await
         .expect("answer")
     {
-        Outcome::Response(p) => {
-            let p: Value = serde_json::from_slice(&p).expect("json");
-            let body: Value = serde_json::from_str(p["body"].as_str().unwrap_or("")).expect("body");
-            (
-                p["statusCode"].as_u64().unwrap_or(0),
-                body["disposition"].as_str().unwrap_or("").to_owned(),
-            )
-        }
+        Outcome::Response(p) => payload_outcome(&serde_json::from_slice(&p).expect("json")),
         Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
     }
 }
@@ -396,12 +385,7 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
     twin.warm_up().await;
     let body = Arc::new(invoice_paid("evt_twin", "cus_twin", 42));
     let deliver = |r: Arc<Receiver<Stripe>>, body: Arc<Vec<u8>>| async move {
-        let response = post_stripe(&r, &body).await;
-        let d = serde_json::from_slice::<Value>(response.body()).expect("json");
-        (
-            response.status().as_u16(),
-            d["disposition"].as_str().unwrap_or("error").to_owned(),
-        )
+        outcome(&post_stripe(&r, &body).await)
     };
     let slow = tokio::spawn(deliver(Arc::clone(&first), Arc::clone(&body)));
     at_the_gate(&db, 1).await;
@@ -432,7 +416,7 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
 async fn a_twin_of_a_held_delivery_waits_at_most_the_claims_lock_timeout() {
     // The first delivery is held until the twin has answered: only lock_timeout ends the
     // twin's wait, with a 500 the sender retries.
-    assert_eq!(slow_twin("200ms", false).await, (500, "error".into()));
+    assert_eq!(slow_twin("200ms", false).await, (500, "about:blank".into()));
 }
 
 #[tokio::test]
@@ -563,12 +547,8 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
                     break;
                 };
                 let body = &bodies[i];
-                let response = post_stripe(&r, body).await;
-                let slot = match (
-                    response.status().as_u16(),
-                    serde_json::from_slice::<Value>(response.body()).ok(),
-                ) {
-                    (200, Some(b)) if b["disposition"] == "processed" => 0,
+                let slot = match outcome(&post_stripe(&r, body).await) {
+                    (200, name) if name == "processed" => 0,
                     (200, _) => 1,
                     (500, _) => {
                         admin

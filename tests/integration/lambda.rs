@@ -11,22 +11,10 @@ use claimonce_local::gateway;
 use claimonce_local::runtime_api::RuntimeApi;
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
+use claimonce_tests::apigw::payload_outcome;
 use claimonce_tests::lambda::{Deployed, binaries, function, sample_event};
 use claimonce_tests::sign::now;
 use serde_json::Value;
-
-fn disposition(payload: &Value) -> (u64, String) {
-    let body: Value =
-        serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("JSON body");
-    let name = body["disposition"]
-        .as_str()
-        .or(body["type"].as_str())
-        .unwrap_or("");
-    (
-        payload["statusCode"].as_u64().unwrap_or(0),
-        name.rsplit('/').next().unwrap_or("").to_owned(),
-    )
-}
 
 /// Every sample of `provider` (`events/<provider>/*.json`), relative to `events/`.
 fn samples(provider: &str) -> Vec<String> {
@@ -56,13 +44,13 @@ async fn check_samples(provider: &str) -> TestDb {
     for sample in &samples(provider) {
         let mut event = sample_event(sample);
         resign(&mut event, now()).expect("sign");
-        let first = disposition(&deployed.invoke(&event).await);
+        let first = payload_outcome(&deployed.invoke(&event).await);
         assert!(
             first == (200, "processed".into()) || first == (200, "ignored".into()),
             "{sample}: {first:?}"
         );
         assert_eq!(
-            disposition(&deployed.invoke(&event).await),
+            payload_outcome(&deployed.invoke(&event).await),
             (200, "duplicate".into()),
             "{sample}"
         );
@@ -74,7 +62,7 @@ async fn check_samples(provider: &str) -> TestDb {
         event["body"] = Value::String(body.replacen("\"type\"", "\"type\" ", 1));
         let tampered = deployed.invoke(&event).await;
         assert_eq!(
-            disposition(&tampered),
+            payload_outcome(&tampered),
             (400, "signature-mismatch".into()),
             "{sample}"
         );

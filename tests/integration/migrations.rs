@@ -8,8 +8,8 @@ use claimonce_tests::apigw::{json_body, post};
 use claimonce_tests::db::receiver_at;
 use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{
-    RESEND_SECRET, STRIPE_SECRET, checkout_completed, invoice_paid, now, resend_email,
-    stripe_event, stripe_header, subscription, svix_headers,
+    RESEND_SECRET, STRIPE_SECRET, checkout_completed, invoice_paid, now, resend, resend_email,
+    stripe, stripe_event, stripe_header, subscription, svix_headers,
 };
 
 #[tokio::test]
@@ -185,10 +185,7 @@ async fn a_handler_login_writes_only_the_columns_the_effects_write_and_plants_no
 
     // Every effect runs with the caller's rights (SECURITY INVOKER): all of them still work
     // for a handler login holding only the column grants.
-    let (stripe, _) = receiver_at(
-        &handler_url,
-        stripe_webhook::Stripe::new(&[STRIPE_SECRET], 300).expect("secret"),
-    );
+    let (stripe, _) = receiver_at(&handler_url, stripe());
     let bodies = [
         checkout_completed("evt_h1", "cus_h", "h@example.com"),
         invoice_paid("evt_h2", "cus_h", 5),
@@ -207,10 +204,7 @@ async fn a_handler_login_writes_only_the_columns_the_effects_write_and_plants_no
             .await;
         assert_eq!(response.status().as_u16(), 200, "{}", json_body(&response));
     }
-    let (resend, _) = receiver_at(
-        &handler_url,
-        resend_webhook::Resend::new(&[RESEND_SECRET], 300).expect("secret"),
-    );
+    let (resend, _) = receiver_at(&handler_url, resend());
     let body = resend_email("bounced", "em_h", &["h@example.com"]);
     let headers = svix_headers("svix", RESEND_SECRET, "msg_h", now(), &body);
     let headers: Vec<(&str, &str)> = headers

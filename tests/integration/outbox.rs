@@ -12,12 +12,12 @@ use claimonce::db::Settings;
 use claimonce::scheduled::Budget;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{assert_generic_500, json_body, post};
+use claimonce_tests::apigw::{assert_generic_500, outcome, post};
 use claimonce_tests::db::{receiver_at, test_timeouts};
 use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::Recorder;
 use claimonce_tests::roles::login_with;
-use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, now, stripe_header};
+use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, now, stripe, stripe_header};
 use outbox_relay::{Dispatch, Options, OutboxRow, Report, relay};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
@@ -32,12 +32,7 @@ async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
             body,
         ))
         .await;
-    let status = response.status().as_u16();
-    let body = json_body(&response);
-    (
-        status,
-        body["disposition"].as_str().unwrap_or("").to_owned(),
-    )
+    outcome(&response)
 }
 
 #[tokio::test]
@@ -65,7 +60,7 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
         )
         .await
         .expect("failing trigger");
-    let (receiver, _) = receiver_at(&url, Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
+    let (receiver, _) = receiver_at(&url, stripe());
     let body = checkout_completed("evt_welcome", "cus_welcome", "jenny@example.com");
 
     // The effect fails after queuing the outbox row: everything rolls back, claim included.
@@ -146,7 +141,7 @@ async fn a_returning_customer_is_not_welcomed_again_after_the_sweep_removed_the_
     let db = TestDb::new().await;
     // As in production: the handler's column grants must be enough for the effect.
     let url = login_with(&db, "claimonce_handler").await;
-    let (receiver, _) = receiver_at(&url, Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
+    let (receiver, _) = receiver_at(&url, stripe());
     let first = checkout_completed("evt_back_1", "cus_back", "back@example.com");
     assert_eq!(deliver(&receiver, &first).await, (200, "processed".into()));
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);

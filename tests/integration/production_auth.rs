@@ -14,13 +14,12 @@ use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
-use claimonce_tests::apigw::post_stripe;
+use claimonce_tests::apigw::{payload_outcome, post_stripe};
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::lambda::{binaries, function, sample_event};
 use claimonce_tests::recorder::Recorder;
-use claimonce_tests::sign::{STRIPE_SECRET, invoice_paid, now};
+use claimonce_tests::sign::{invoice_paid, now, stripe};
 use claimonce_tests::tls::TlsServer;
-use serde_json::Value;
 use stripe_webhook::Stripe;
 use tokio::net::TcpListener;
 use tokio::process::Child;
@@ -49,7 +48,7 @@ async fn server() -> (TlsServer, Connection) {
     (tls, admin)
 }
 
-async fn invoke(api: &RuntimeApi, sample: &str) -> (u64, String) {
+async fn invoke(api: &RuntimeApi, sample: &str) -> (u16, String) {
     let mut event = sample_event(sample);
     resign(&mut event, now()).expect("sign");
     match api
@@ -58,13 +57,7 @@ async fn invoke(api: &RuntimeApi, sample: &str) -> (u64, String) {
         .expect("answer")
     {
         Outcome::Response(payload) => {
-            let payload: Value = serde_json::from_slice(&payload).expect("json");
-            let body: Value =
-                serde_json::from_str(payload["body"].as_str().unwrap_or("")).expect("body");
-            (
-                payload["statusCode"].as_u64().unwrap_or(0),
-                body["disposition"].as_str().unwrap_or("").to_owned(),
-            )
+            payload_outcome(&serde_json::from_slice(&payload).expect("json"))
         }
         Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
     }
@@ -509,7 +502,7 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
     .await
     .expect("settings");
     let receiver = Receiver::new(
-        Stripe::new(&[STRIPE_SECRET], 300).expect("secret"),
+        stripe(),
         Database::new(settings),
         Limits::default(),
         Log::capture().0,

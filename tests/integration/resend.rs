@@ -6,20 +6,16 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{
-    Answer, assert_generic_500, content_type, json_body, post_stripe, post_to,
+    Answer, assert_generic_500, content_type, outcome, post_stripe, post_to,
 };
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
-    RESEND_SECRET, STRIPE_SECRET, invoice_paid, now, resend_email, svix_headers,
+    RESEND_SECRET, invoice_paid, now, resend, resend_email, stripe, svix_headers,
 };
 use resend_webhook::Resend;
 use serde_json::json;
 
 const PATH: &str = "/webhooks/resend";
-
-fn resend() -> Resend {
-    Resend::new(&[RESEND_SECRET], 300).expect("secret")
-}
 
 async fn send_as(receiver: &Receiver<Resend>, headers: &[(String, String)], body: &[u8]) -> Answer {
     let headers: Vec<(&str, &str)> = headers
@@ -36,18 +32,6 @@ async fn send(receiver: &Receiver<Resend>, id: &str, body: &[u8]) -> Answer {
         body,
     )
     .await
-}
-
-fn outcome(response: &Answer) -> (u16, String) {
-    let body = json_body(response);
-    let name = body["disposition"]
-        .as_str()
-        .or(body["type"].as_str())
-        .unwrap_or("");
-    (
-        response.status().as_u16(),
-        name.rsplit('/').next().unwrap_or("").to_owned(),
-    )
 }
 
 #[tokio::test]
@@ -364,8 +348,7 @@ async fn values_postgresql_refuses_are_400_and_write_nothing() {
 async fn stripe_and_resend_ids_live_in_separate_namespaces() {
     let db = TestDb::new().await;
     let (resend_receiver, _) = db.receiver(resend());
-    let (stripe_receiver, _) =
-        db.receiver(stripe_webhook::Stripe::new(&[STRIPE_SECRET], 300).expect("secret"));
+    let (stripe_receiver, _) = db.receiver(stripe());
     let body = resend_email("sent", "em_ns", &["ns@example.com"]);
     assert_eq!(
         outcome(&send(&resend_receiver, "evt_same_id", &body).await).1,

@@ -12,11 +12,11 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::{Captured, Log};
 use claimonce::{Limits, Receiver};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::post;
+use claimonce_tests::apigw::{outcome, post};
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::proxy::{Fault, WireProxy};
 use claimonce_tests::sign::{
-    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header,
+    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe, stripe_event, stripe_header,
 };
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
@@ -30,14 +30,13 @@ async fn proxied(db: &TestDb, timeouts: Timeouts) -> (WireProxy, Receiver<Stripe
         .function_url
         .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
     let settings = Settings::from_url(&url, None, timeouts).expect("settings");
-    let stripe = Stripe::new(&[STRIPE_SECRET], 300).expect("secret");
     let (log, lines) = Log::capture();
-    let receiver = Receiver::new(stripe, Database::new(settings), Limits::default(), log);
+    let receiver = Receiver::new(stripe(), Database::new(settings), Limits::default(), log);
     receiver.warm_up().await;
     (proxy, receiver, lines)
 }
 
-/// Delivers `body`, signed: (status, disposition).
+/// Delivers `body`, signed: its [`outcome`].
 async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
     let sig = stripe_header(STRIPE_SECRET, now(), body);
     let response = receiver
@@ -47,9 +46,7 @@ async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
             body,
         ))
         .await;
-    let answer: Value = serde_json::from_slice(response.body()).expect("json body");
-    let disposition = answer["disposition"].as_str().unwrap_or("error").to_owned();
-    (response.status().as_u16(), disposition)
+    outcome(&response)
 }
 
 async fn flights_for(proxy: &WireProxy, receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, u64) {

@@ -5,20 +5,18 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{
-    Answer, assert_generic_500, content_type, json_body, post_to, send_event, v1_event, v2_event,
+    Answer, assert_generic_500, content_type, json_body, outcome, post_to, send_event, v1_event,
+    v2_event,
 };
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
-    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe_event, stripe_header, subscription,
+    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe, stripe_event, stripe_header,
+    subscription,
 };
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
 const PATH: &str = "/webhooks/stripe";
-
-fn stripe() -> Stripe {
-    Stripe::new(&[STRIPE_SECRET], 300).expect("secret")
-}
 
 async fn send(receiver: &Receiver<Stripe>, body: &[u8]) -> Answer {
     let signature = stripe_header(STRIPE_SECRET, now(), body);
@@ -32,14 +30,6 @@ async fn send(receiver: &Receiver<Stripe>, body: &[u8]) -> Answer {
         body,
     )
     .await
-}
-
-fn disposition(response: &Answer) -> (u16, String) {
-    let body = json_body(response);
-    (
-        response.status().as_u16(),
-        body["disposition"].as_str().unwrap_or("").to_owned(),
-    )
 }
 
 async fn ledger_rows(db: &TestDb) -> i64 {
@@ -65,7 +55,7 @@ async fn a_new_event_is_applied_once_and_its_redelivery_is_a_duplicate() {
     let body = checkout_completed("evt_new", "cus_new", "jenny@example.com");
 
     let first = send(&receiver, &body).await;
-    assert_eq!(disposition(&first), (200, "processed".into()));
+    assert_eq!(outcome(&first), (200, "processed".into()));
     assert_eq!(content_type(&first), "application/json");
     let row = db
         .client()
@@ -83,7 +73,7 @@ async fn a_new_event_is_applied_once_and_its_redelivery_is_a_duplicate() {
     assert_eq!(row.get::<_, i64>(1), 0);
 
     let again = send(&receiver, &body).await;
-    assert_eq!(disposition(&again), (200, "duplicate".into()));
+    assert_eq!(outcome(&again), (200, "duplicate".into()));
     assert_eq!(db.count("SELECT count(*) FROM customers").await, 1);
     assert_eq!(ledger_rows(&db).await, 1);
     let ledger = db
@@ -108,13 +98,13 @@ async fn an_invoice_is_credited_once_however_often_it_arrives() {
     let body = invoice_paid("evt_inv", "cus_credit", 1250);
     for expected in ["processed", "duplicate", "duplicate"] {
         assert_eq!(
-            disposition(&send(&receiver, &body).await),
+            outcome(&send(&receiver, &body).await),
             (200, expected.into())
         );
     }
     assert_eq!(balance(&db, "cus_credit").await, Some(1250));
     let second = invoice_paid("evt_inv2", "cus_credit", 50);
-    assert_eq!(disposition(&send(&receiver, &second).await).1, "processed");
+    assert_eq!(outcome(&send(&receiver, &second).await).1, "processed");
     assert_eq!(balance(&db, "cus_credit").await, Some(1300));
 }
 
@@ -126,7 +116,7 @@ async fn twenty_concurrent_environments_credit_an_invoice_once() {
     let environments = (0..20).map(|_| db.receiver(stripe()).0).collect();
     let outcomes = all_at_once(environments, |r| {
         let body = Arc::clone(&body);
-        async move { disposition(&send(&r, &body).await) }
+        async move { outcome(&send(&r, &body).await) }
     })
     .await;
     assert!(
@@ -183,7 +173,7 @@ async fn a_failing_effect_rolls_back_its_claim_and_the_retry_heals() {
         .await
         .expect("drop constraint");
     let healed = send(&receiver, &body).await;
-    assert_eq!(disposition(&healed), (200, "processed".into()));
+    assert_eq!(outcome(&healed), (200, "processed".into()));
     assert_eq!(ledger_rows(&db).await, 1);
     assert_eq!(db.count("SELECT count(*) FROM customers").await, 1);
 }
@@ -271,11 +261,7 @@ async fn both_secrets_are_accepted_during_a_rotation() {
         let body = invoice_paid(&format!("evt_rot{i}"), "cus_rot", 10);
         let sig = stripe_header(secret, now(), &body);
         let response = post_to(&receiver, PATH, &[("stripe-signature", &sig)], &body).await;
-        assert_eq!(
-            disposition(&response),
-            (200, "processed".into()),
-            "{secret}"
-        );
+        assert_eq!(outcome(&response), (200, "processed".into()), "{secret}");
     }
     // Stripe sends one v1 per active secret while it rolls a secret.
     let body = invoice_paid("evt_rot_both", "cus_rot", 10);
@@ -286,7 +272,7 @@ async fn both_secrets_are_accepted_during_a_rotation() {
         claimonce::verify::timestamp_v1::sign("whsec_new", t, &body)
     );
     let response = post_to(&receiver, PATH, &[("stripe-signature", &both)], &body).await;
-    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(outcome(&response), (200, "processed".into()));
     assert_eq!(balance(&db, "cus_rot").await, Some(30));
 }
 
@@ -298,18 +284,18 @@ async fn base64_bodies_and_rest_v1_events_verify_on_the_decoded_bytes() {
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
     let response = send_event(&receiver, &v2_event("POST", PATH, &headers, &body, true)).await;
-    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(outcome(&response), (200, "processed".into()));
 
     let body = invoice_paid("evt_rest", "cus_b64", 7);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
     let response = send_event(&receiver, &v1_event("POST", PATH, &headers, &body, false)).await;
-    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(outcome(&response), (200, "processed".into()));
     let body = invoice_paid("evt_rest64", "cus_b64", 11);
     let sig = stripe_header(STRIPE_SECRET, now(), &body);
     let headers = [("Stripe-Signature", sig.as_str())];
     let response = send_event(&receiver, &v1_event("POST", PATH, &headers, &body, true)).await;
-    assert_eq!(disposition(&response), (200, "processed".into()));
+    assert_eq!(outcome(&response), (200, "processed".into()));
     assert_eq!(balance(&db, "cus_b64").await, Some(23));
 }
 
@@ -324,11 +310,11 @@ async fn unknown_types_are_claimed_and_ignored() {
         json!({"id": "ch_1", "amount": 5}),
     );
     assert_eq!(
-        disposition(&send(&receiver, &body).await),
+        outcome(&send(&receiver, &body).await),
         (200, "ignored".into())
     );
     assert_eq!(
-        disposition(&send(&receiver, &body).await),
+        outcome(&send(&receiver, &body).await),
         (200, "duplicate".into())
     );
     assert_eq!(ledger_rows(&db).await, 1);
@@ -351,10 +337,10 @@ async fn subscriptions_keep_the_newest_event() {
             .expect("subscription row")
     };
     let updated = subscription("evt_s2", "updated", "sub_1", "active", 2000);
-    assert_eq!(disposition(&send(&receiver, &updated).await).1, "processed");
+    assert_eq!(outcome(&send(&receiver, &updated).await).1, "processed");
     // The older `created` arrives late: claimed, but it must not overwrite.
     let created = subscription("evt_s1", "created", "sub_1", "incomplete", 1000);
-    assert_eq!(disposition(&send(&receiver, &created).await).1, "processed");
+    assert_eq!(outcome(&send(&receiver, &created).await).1, "processed");
     assert_eq!(status().await, ("active".into(), 2000));
     let past_due = subscription("evt_s3", "updated", "sub_1", "past_due", 3000);
     send(&receiver, &past_due).await;
@@ -393,20 +379,20 @@ async fn a_same_second_tie_ranks_created_before_updated_before_deleted() {
     let created = subscription("evt_t1", "created", "sub_in_order", "incomplete", 5000);
     let updated = subscription("evt_t2", "updated", "sub_in_order", "active", 5000);
     for body in [&created, &updated] {
-        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+        assert_eq!(outcome(&send(&receiver, body).await).1, "processed");
     }
     assert_eq!(status("sub_in_order").await, "active");
     let updated = subscription("evt_t3", "updated", "sub_reversed", "active", 5000);
     let created = subscription("evt_t4", "created", "sub_reversed", "incomplete", 5000);
     for body in [&updated, &created] {
-        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+        assert_eq!(outcome(&send(&receiver, body).await).1, "processed");
     }
     assert_eq!(status("sub_reversed").await, "active");
     // A deletion outranks an update of the same second, in either order.
     let deleted = subscription("evt_t5", "deleted", "sub_reversed", "canceled", 6000);
     let updated = subscription("evt_t6", "updated", "sub_reversed", "active", 6000);
     for body in [&deleted, &updated] {
-        assert_eq!(disposition(&send(&receiver, body).await).1, "processed");
+        assert_eq!(outcome(&send(&receiver, body).await).1, "processed");
     }
     assert_eq!(status("sub_reversed").await, "canceled");
 }
@@ -459,7 +445,7 @@ async fn the_dedup_key_is_provider_and_event_id() {
     let (receiver, _) = db.receiver(stripe());
     let body = invoice_paid("evt_shared", "cus_ns", 40);
     assert_eq!(
-        disposition(&send(&receiver, &body).await),
+        outcome(&send(&receiver, &body).await),
         (200, "processed".into())
     );
     assert_eq!(balance(&db, "cus_ns").await, Some(40));
@@ -473,7 +459,7 @@ async fn a_duplicate_with_a_different_payload_is_logged_and_still_200() {
     send(&receiver, &invoice_paid("evt_same", "cus_p", 1)).await;
     let changed = invoice_paid("evt_same", "cus_p", 999);
     assert_eq!(
-        disposition(&send(&receiver, &changed).await),
+        outcome(&send(&receiver, &changed).await),
         (200, "duplicate".into())
     );
     assert_eq!(balance(&db, "cus_p").await, Some(1));

@@ -9,6 +9,7 @@
 use claimonce::Receiver;
 use claimonce::verify::hub_signature::sign;
 use claimonce_tests::TestDb;
+use claimonce_tests::apigw::outcome;
 use claimonce_tests::db::all_at_once;
 use github_webhook::GitHub;
 use serde_json::{Value, json};
@@ -47,24 +48,12 @@ async fn deliver(
     body: &[u8],
 ) -> (u16, String) {
     let signed = api_event(event, delivery, &sign(SECRET, body), body);
-    outcome(receiver, &signed).await
+    answer(receiver, &signed).await
 }
 
-async fn outcome(receiver: &Receiver<GitHub>, api_event: &str) -> (u16, String) {
-    let payload = receiver.handle_event(api_event).await;
-    let body = match payload.response().body() {
-        lambda_http::Body::Text(t) => t.clone(),
-        other => panic!("a text body, got {other:?}"),
-    };
-    let body: Value = serde_json::from_str(&body).expect("JSON body");
-    let name = body["disposition"]
-        .as_str()
-        .or(body["type"].as_str())
-        .unwrap_or("");
-    (
-        payload.status(),
-        name.rsplit('/').next().unwrap_or("").to_owned(),
-    )
+/// Hands `api_event` to `receiver` as the binary does: its [`outcome`].
+async fn answer(receiver: &Receiver<GitHub>, api_event: &str) -> (u16, String) {
+    outcome(receiver.handle_event(api_event).await.response())
 }
 
 fn installation(action: &str, id: i64, updated_at: &str, extra: Value) -> Vec<u8> {
@@ -361,7 +350,7 @@ async fn what_can_never_succeed_is_a_400_that_writes_nothing() {
     ];
     for (event, slug) in &cases {
         assert_eq!(
-            outcome(&receiver, event).await,
+            answer(&receiver, event).await,
             (400, (*slug).to_owned()),
             "{event:.200}"
         );
@@ -378,7 +367,7 @@ async fn either_secret_is_accepted_during_a_rotation() {
         let body = format!(r#"{{"zen":"{zen}","hook_id":1}}"#);
         let event = api_event("ping", zen, &sign(secret, body.as_bytes()), body.as_bytes());
         assert_eq!(
-            outcome(&receiver, &event).await,
+            answer(&receiver, &event).await,
             (200, "ignored".into()),
             "{zen}"
         );
