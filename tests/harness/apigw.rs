@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use claimonce::lambda::Payload;
 use claimonce::{Provider, Receiver};
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, Response};
 use serde_json::{Map, Value, json};
 
 /// The body as the event carries it: text, or base64 with `isBase64Encoded`.
@@ -165,24 +165,6 @@ pub async fn post_stripe<P: Provider>(receiver: &Receiver<P>, body: &[u8]) -> An
         body,
     )
     .await
-}
-
-/// A POST request as the receiver sees it past the Lambda boundary (method, headers, body),
-/// built directly: for a test that measures what lies beyond the boundary. A test of the
-/// boundary itself uses [`post_to`] or [`send_event`], which go through the event reader.
-pub fn post(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Request {
-    let mut request = Request::new(Body::Text(
-        String::from_utf8(body.to_vec()).expect("text body"),
-    ));
-    *request.method_mut() = lambda_http::http::Method::POST;
-    *request.uri_mut() = path.parse().expect("a path");
-    for (name, value) in headers {
-        request.headers_mut().append(
-            lambda_http::http::HeaderName::from_bytes(name.as_bytes()).expect("a header name"),
-            value.parse().expect("a header value"),
-        );
-    }
-    request
 }
 
 /// The response body as JSON.

@@ -4,12 +4,12 @@ use std::process::Command;
 
 use claimonce::migrate::{self, Migration};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{json_body, post};
+use claimonce_tests::apigw::{json_body, post_stripe, post_to};
 use claimonce_tests::db::receiver_at;
 use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{
-    RESEND_SECRET, STRIPE_SECRET, checkout_completed, invoice_paid, now, resend, resend_email,
-    stripe, stripe_event, stripe_header, subscription, svix_headers,
+    RESEND_SECRET, checkout_completed, invoice_paid, now, resend, resend_email, stripe,
+    stripe_event, subscription, svix_headers,
 };
 
 #[tokio::test]
@@ -194,14 +194,7 @@ async fn a_handler_login_writes_only_the_columns_the_effects_write_and_plants_no
         stripe_event("evt_h5", "charge.refunded", 1, serde_json::json!({})),
     ];
     for body in &bodies {
-        let sig = stripe_header(STRIPE_SECRET, now(), body);
-        let response = stripe
-            .handle(post(
-                "/webhooks/stripe",
-                &[("stripe-signature", &sig)],
-                body,
-            ))
-            .await;
+        let response = post_stripe(&stripe, body).await;
         assert_eq!(response.status().as_u16(), 200, "{}", json_body(&response));
     }
     let (resend, _) = receiver_at(&handler_url, resend());
@@ -211,9 +204,7 @@ async fn a_handler_login_writes_only_the_columns_the_effects_write_and_plants_no
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let response = resend
-        .handle(post("/webhooks/resend", &headers, &body))
-        .await;
+    let response = post_to(&resend, "/webhooks/resend", &headers, &body).await;
     assert_eq!(response.status().as_u16(), 200, "{}", json_body(&response));
     for (sql, expected) in [
         ("SELECT count(*) FROM processed_events", 7),

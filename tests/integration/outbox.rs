@@ -12,27 +12,19 @@ use claimonce::db::Settings;
 use claimonce::scheduled::Budget;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{assert_generic_500, outcome, post};
+use claimonce_tests::apigw::{assert_generic_500, outcome, post_stripe};
 use claimonce_tests::db::{receiver_at, test_timeouts};
 use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::Recorder;
 use claimonce_tests::roles::login_with;
-use claimonce_tests::sign::{STRIPE_SECRET, checkout_completed, now, stripe, stripe_header};
+use claimonce_tests::sign::{checkout_completed, stripe};
 use outbox_relay::{Dispatch, Options, OutboxRow, Report, relay};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 use tokio_postgres::Client;
 
 async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
-    let signature = stripe_header(STRIPE_SECRET, now(), body);
-    let response = receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", &signature)],
-            body,
-        ))
-        .await;
-    outcome(&response)
+    outcome(&post_stripe(receiver, body).await)
 }
 
 #[tokio::test]
@@ -64,16 +56,7 @@ async fn an_outbox_row_exists_exactly_when_its_claim_commits() {
     let body = checkout_completed("evt_welcome", "cus_welcome", "jenny@example.com");
 
     // The effect fails after queuing the outbox row: everything rolls back, claim included.
-    let failed = receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[(
-                "stripe-signature",
-                &stripe_header(STRIPE_SECRET, now(), &body),
-            )],
-            &body,
-        ))
-        .await;
+    let failed = post_stripe(&receiver, &body).await;
     // P0001 is raise_exception's SQLSTATE; the message and the trigger are ours.
     assert_generic_500(
         &failed,

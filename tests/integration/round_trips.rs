@@ -12,12 +12,10 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::{Captured, Log};
 use claimonce::{Limits, Receiver};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{outcome, post};
+use claimonce_tests::apigw::{outcome, post_stripe, post_to};
 use claimonce_tests::db::test_timeouts;
 use claimonce_tests::proxy::{Fault, WireProxy};
-use claimonce_tests::sign::{
-    STRIPE_SECRET, checkout_completed, invoice_paid, now, stripe, stripe_event, stripe_header,
-};
+use claimonce_tests::sign::{checkout_completed, invoice_paid, stripe, stripe_event};
 use serde_json::{Value, json};
 use stripe_webhook::Stripe;
 
@@ -38,15 +36,7 @@ async fn proxied(db: &TestDb, timeouts: Timeouts) -> (WireProxy, Receiver<Stripe
 
 /// Delivers `body`, signed: its [`outcome`].
 async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, String) {
-    let sig = stripe_header(STRIPE_SECRET, now(), body);
-    let response = receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", &sig)],
-            body,
-        ))
-        .await;
-    outcome(&response)
+    outcome(&post_stripe(receiver, body).await)
 }
 
 async fn flights_for(proxy: &WireProxy, receiver: &Receiver<Stripe>, body: &[u8]) -> (u16, u64) {
@@ -105,13 +95,13 @@ async fn every_delivery_is_one_round_trip_with_one_unnamed_statement_and_no_set(
     );
     // A rejected request never reaches the database.
     proxy.reset();
-    let response = receiver
-        .handle(post(
-            "/webhooks/stripe",
-            &[("stripe-signature", "t=1,v1=00")],
-            &invoice,
-        ))
-        .await;
+    let response = post_to(
+        &receiver,
+        "/webhooks/stripe",
+        &[("stripe-signature", "t=1,v1=00")],
+        &invoice,
+    )
+    .await;
     assert_eq!(
         (response.status().as_u16(), proxy.flights()),
         (400, 0),
