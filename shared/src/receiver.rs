@@ -174,7 +174,7 @@ impl<P: Provider> Receiver<P> {
     }
 
     /// Handles one request and always answers: it never panics and never fails.
-    pub async fn handle(&self, request: Request) -> Response<Body> {
+    pub(crate) async fn handle(&self, request: Request) -> Response<Body> {
         let started = Instant::now();
         let delivery = self.deliver(&request).await;
         let request_id = request
