@@ -1,7 +1,7 @@
 //! The GitHub receiver end to end, through the event reader the binary uses, into a real
 //! PostgreSQL: the body-keyed ledger (redeliveries and replays under a fresh delivery id are
-//! duplicates), installations kept newest-first whatever the delivery order, `ping`, and
-//! events forwarded to the outbox unchanged.
+//! duplicates), installations kept newest-first whatever the delivery order, `ping`, events
+//! forwarded to the outbox unchanged, and a failing effect rolled back with its claim.
 
 // A test asserts by panicking; its helpers too.
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
@@ -372,4 +372,51 @@ async fn either_secret_is_accepted_during_a_rotation() {
             "{zen}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    // The installation row is written first; the repository row after it fails.
+    admin
+        .batch_execute(
+            "ALTER TABLE github_installation_repositories \
+             ADD CONSTRAINT no_x CHECK (full_name <> 'acme-corp/x')",
+        )
+        .await
+        .expect("constraint");
+    let (receiver, _) = db.receiver(github());
+    let body = installation(
+        "created",
+        9,
+        "2026-11-29T10:00:00Z",
+        json!({"repositories": [{"id": 91, "full_name": "acme-corp/x"}]}),
+    );
+    assert_eq!(
+        deliver(&receiver, "installation", "f1", &body).await,
+        (500, "about:blank".into())
+    );
+    for table in ["github_installations", "processed_events"] {
+        assert_eq!(
+            db.count(&format!("SELECT count(*) FROM {table}")).await,
+            0,
+            "{table}: rolled back with the claim"
+        );
+    }
+    admin
+        .batch_execute("ALTER TABLE github_installation_repositories DROP CONSTRAINT no_x")
+        .await
+        .expect("drop");
+    // GitHub does not retry by itself: the operator's redelivery heals it.
+    assert_eq!(
+        deliver(&receiver, "installation", "f1", &body).await,
+        (200, "processed".into())
+    );
+    assert_eq!(state(&db, 9).await, "active");
+    assert_eq!(
+        db.count("SELECT count(*) FROM github_installation_repositories")
+            .await,
+        1
+    );
 }
