@@ -261,19 +261,8 @@ impl Log {
 /// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`.
 pub fn rfc3339_millis(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian), after H. Hinnant's
-    // `civil_from_days`, for days >= 0.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
+    let secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
+    let (year, month, day, rem) = crate::timestamp::civil(secs);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
         rem / 3600,

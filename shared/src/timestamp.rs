@@ -66,10 +66,10 @@ pub fn is_rfc3339(s: &str) -> bool {
         && zone_ok
 }
 
-/// RFC 3339 (UTC, `Z`) for `seconds` since the Unix epoch, for a sender that sends integers;
-/// `None` outside years 1 to 9999.
-pub fn rfc3339_from_unix(seconds: i64) -> Option<String> {
-    // Days to a civil date: the proleptic Gregorian calendar in 400-year eras.
+/// `seconds` since the Unix epoch as a UTC calendar date and time: (year, month, day, and the
+/// second of the day). Days become a civil date in the proleptic Gregorian calendar's
+/// 400-year eras, after H. Hinnant's `civil_from_days`; negative times work too.
+pub(crate) fn civil(seconds: i64) -> (i64, i64, i64, i64) {
     let days = seconds.div_euclid(86_400);
     let of_day = seconds.rem_euclid(86_400);
     let z = days + 719_468;
@@ -81,6 +81,13 @@ pub fn rfc3339_from_unix(seconds: i64) -> Option<String> {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, of_day)
+}
+
+/// RFC 3339 (UTC, `Z`) for `seconds` since the Unix epoch, for a sender that sends integers;
+/// `None` outside years 1 to 9999.
+pub fn rfc3339_from_unix(seconds: i64) -> Option<String> {
+    let (year, month, day, of_day) = civil(seconds);
     (1..=9999).contains(&year).then(|| {
         format!(
             "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
