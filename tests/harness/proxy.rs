@@ -89,9 +89,6 @@ impl Shared {
         match tag {
             b'Q' => {
                 let (sql, _) = cstring(body);
-                if sets_something(&sql) {
-                    self.pin(format!("SET on the wire: {sql}"));
-                }
                 self.record(sql);
             }
             b'P' => {
@@ -99,9 +96,6 @@ impl Shared {
                 let (sql, _) = cstring(rest);
                 if !name.is_empty() {
                     self.pin(format!("named Parse {name:?}: {sql}"));
-                }
-                if sets_something(&sql) {
-                    self.pin(format!("SET on the wire: {sql}"));
                 }
                 self.record(sql);
             }
@@ -124,7 +118,11 @@ impl Shared {
         }
     }
 
+    /// Keeps a statement the client sent (simple or extended protocol), noting a `SET` in it.
     fn record(&self, sql: String) {
+        if sets_something(&sql) {
+            self.pin(format!("SET on the wire: {sql}"));
+        }
         if let Ok(mut s) = self.statements.lock() {
             s.push(sql);
         }
