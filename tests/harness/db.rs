@@ -218,6 +218,12 @@ impl TestDb {
 /// timeouts, logging into memory.
 pub fn receiver_at<P: Provider>(url: &str, provider: P) -> (Receiver<P>, Captured) {
     let settings = Settings::from_url(url, None, test_timeouts()).expect("valid test URL");
+    receiver_with(settings, provider)
+}
+
+/// A receiver for `provider` on connection `settings` (TLS, IAM, a secret, its own bounds),
+/// logging into memory: one Lambda execution environment as a function's `main` wires it.
+pub fn receiver_with<P: Provider>(settings: Settings, provider: P) -> (Receiver<P>, Captured) {
     let (log, lines) = Log::capture();
     let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
     (receiver, lines)

@@ -2,12 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use claimonce::db::{Database, Settings, Timeouts};
-use claimonce::log::Log;
-use claimonce::{Limits, Receiver};
+use claimonce::Receiver;
+use claimonce::db::{Settings, Timeouts};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{Answer, json_body, post_stripe};
-use claimonce_tests::db::test_timeouts;
+use claimonce_tests::db::{receiver_with, test_timeouts};
 use claimonce_tests::sign::{invoice_paid, stripe};
 use claimonce_tests::tls::TlsServer;
 use stripe_webhook::Stripe;
@@ -29,8 +28,7 @@ async fn an_unresponsive_database_answers_500_within_the_bound() {
     let port = silent.local_addr().expect("addr").port();
     let url = format!("postgres://u:secretpw@127.0.0.1:{port}/db?sslmode=disable");
     let settings = Settings::from_url(&url, None, short_timeouts()).expect("settings");
-    let (log, lines) = Log::capture();
-    let receiver = Receiver::new(stripe(), Database::new(settings), Limits::default(), log);
+    let (receiver, lines) = receiver_with(settings, stripe());
     let started = Instant::now();
     let response = deliver(&receiver, "evt_hang").await;
     let elapsed = started.elapsed();
@@ -47,12 +45,7 @@ async fn an_unresponsive_database_answers_500_within_the_bound() {
     // Nothing listening at all: refused at once, also a 500.
     let url = format!("postgres://u@127.0.0.1:{port}/db?sslmode=disable");
     let settings = Settings::from_url(&url, None, short_timeouts()).expect("settings");
-    let receiver = Receiver::new(
-        stripe(),
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    );
+    let receiver = receiver_with(settings, stripe()).0;
     assert_eq!(
         deliver(&receiver, "evt_refused").await.status().as_u16(),
         500
@@ -156,12 +149,7 @@ async fn a_delivery_over_verified_tls_is_processed() {
         test_timeouts(),
     )
     .expect("settings");
-    let receiver = Receiver::new(
-        stripe(),
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    );
+    let receiver = receiver_with(settings, stripe()).0;
     let response = deliver(&receiver, "evt_tls").await;
     assert_eq!(response.status().as_u16(), 200);
     let rows = admin

@@ -8,16 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use claimonce::Limits;
 use claimonce::Receiver;
-use claimonce::db::{Database, Settings, Timeouts};
-use claimonce::log::Log;
+use claimonce::db::{Settings, Timeouts};
 use claimonce_local::postgres::{Options, Postgres};
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe, v2_event};
-use claimonce_tests::db::all_at_once;
+use claimonce_tests::db::{all_at_once, receiver_with};
 use claimonce_tests::lambda::{binaries, function};
 use claimonce_tests::sign::{checkout_completed, invoice_paid, now, stripe};
 use serde_json::Value;
@@ -289,12 +287,7 @@ async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_proc
     drop(admin);
     let timeouts = Timeouts::new(Duration::from_millis(500), Duration::from_millis(1500));
     let settings = Settings::from_url(&url, None, timeouts).expect("settings");
-    let receiver = Receiver::new(
-        stripe(),
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    );
+    let receiver = receiver_with(settings, stripe()).0;
     let send = |id: String| {
         let receiver = &receiver;
         async move { post_stripe(receiver, &invoice_paid(&id, "cus_down", 10)).await }
@@ -374,12 +367,7 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
     let environment = || {
         let settings =
             Settings::from_url(&db.function_url, None, timeouts.clone()).expect("settings");
-        Arc::new(Receiver::new(
-            stripe(),
-            Database::new(settings),
-            Limits::default(),
-            Log::capture().0,
-        ))
+        Arc::new(receiver_with(settings, stripe()).0)
     };
     let (first, twin) = (environment(), environment());
     twin.warm_up().await;

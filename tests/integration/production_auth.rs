@@ -8,14 +8,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_config::Region;
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
+use claimonce::Receiver;
 use claimonce::auth::{IamTokens, auth_token, fetch_secret};
-use claimonce::db::{ConnectError, Connection, Database, Settings};
-use claimonce::log::Log;
-use claimonce::{Limits, Receiver};
+use claimonce::db::{ConnectError, Connection, Settings};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::apigw::{payload_outcome, post_stripe};
-use claimonce_tests::db::test_timeouts;
+use claimonce_tests::db::{receiver_with, test_timeouts};
 use claimonce_tests::lambda::{binaries, function, sample_event};
 use claimonce_tests::recorder::Recorder;
 use claimonce_tests::sign::{invoice_paid, now, stripe};
@@ -501,12 +500,7 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
     )
     .await
     .expect("settings");
-    let receiver = Receiver::new(
-        stripe(),
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    );
+    let receiver = receiver_with(settings, stripe()).0;
     let body = invoice_paid("evt_rotate_1", "cus_rotate", 10);
     assert_eq!(deliver(&receiver, &body).await, 200);
     assert_eq!(stub.requests().len(), 1, "read once at start");

@@ -8,12 +8,12 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use claimonce::db::{Database, Settings, Timeouts};
-use claimonce::log::{Captured, Log};
-use claimonce::{Limits, Receiver};
+use claimonce::Receiver;
+use claimonce::db::{Settings, Timeouts};
+use claimonce::log::Captured;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, post_stripe, post_to};
-use claimonce_tests::db::test_timeouts;
+use claimonce_tests::db::{receiver_with, test_timeouts};
 use claimonce_tests::proxy::{Fault, WireProxy};
 use claimonce_tests::sign::{checkout_completed, invoice_paid, stripe, stripe_event};
 use serde_json::{Value, json};
@@ -28,8 +28,7 @@ async fn proxied(db: &TestDb, timeouts: Timeouts) -> (WireProxy, Receiver<Stripe
         .function_url
         .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
     let settings = Settings::from_url(&url, None, timeouts).expect("settings");
-    let (log, lines) = Log::capture();
-    let receiver = Receiver::new(stripe(), Database::new(settings), Limits::default(), log);
+    let (receiver, lines) = receiver_with(settings, stripe());
     receiver.warm_up().await;
     (proxy, receiver, lines)
 }
