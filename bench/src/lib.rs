@@ -174,6 +174,25 @@ pub fn peak_rss_kib(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Starts `binary` (a `stripe-webhook` build) under `api` on `database_url` with [`SECRET`],
+/// its JSON lines dropped: one execution environment, as Lambda starts it.
+pub fn spawn_stripe(
+    api: &claimonce_local::runtime_api::RuntimeApi,
+    binary: &Path,
+    database_url: &str,
+) -> tokio::process::Child {
+    api.command(
+        binary,
+        &[
+            ("DATABASE_URL", database_url),
+            ("STRIPE_WEBHOOK_SECRET", SECRET),
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .expect("spawn the function")
+}
+
 /// Ends a command whose arguments were not run: `--help`'s text on stdout with code 0, or a
 /// usage error on stderr with its code.
 pub fn exit_with((message, code): (String, u8)) -> std::process::ExitCode {

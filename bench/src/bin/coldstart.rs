@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use claimonce_bench::{SECRET, checkout, migrated_postgres, peak_rss_kib, stripe_event};
+use claimonce_bench::{checkout, migrated_postgres, peak_rss_kib, stripe_event};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 
 const USAGE: &str = "usage: coldstart [--runs 11] [--deliveries 500]
@@ -73,14 +73,7 @@ async fn main() -> std::process::ExitCode {
             true,
         );
         let started = Instant::now();
-        let mut child = api
-            .command(
-                &binary,
-                &[("DATABASE_URL", &url), ("STRIPE_WEBHOOK_SECRET", SECRET)],
-            )
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url);
         let answered = api.invoke(first, Duration::from_secs(10)).await;
         let took = started.elapsed();
         if !ok(answered) {

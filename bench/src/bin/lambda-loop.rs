@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use claimonce_bench::{SECRET, checkout, invoice, migrated_postgres, stripe_event};
+use claimonce_bench::{checkout, invoice, migrated_postgres, stripe_event};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use serde_json::json;
 
@@ -159,14 +159,7 @@ async fn main() -> std::process::ExitCode {
     };
 
     let api = RuntimeApi::start("stripe-webhook").await.expect("api");
-    let mut child = api
-        .command(
-            &binary,
-            &[("DATABASE_URL", &url), ("STRIPE_WEBHOOK_SECRET", SECRET)],
-        )
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url);
     let Some(pid) = child.id() else {
         eprintln!("lambda-loop: the function did not start");
         return std::process::ExitCode::FAILURE;
