@@ -243,16 +243,23 @@ impl Log {
                 Ok(current) => current,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            serde_json::to_string(&Line {
-                timestamp: rfc3339_millis(SystemTime::now()),
-                level: level.as_str(),
-                message,
-                process: &self.process,
-                invocation: &invocation,
-                fields,
-            })
+            // Sized for a delivery line (about 700 bytes with its metrics) so that writing it
+            // does not grow the buffer step by step.
+            let mut line = Vec::with_capacity(1024);
+            serde_json::to_writer(
+                &mut line,
+                &Line {
+                    timestamp: rfc3339_millis(SystemTime::now()),
+                    level: level.as_str(),
+                    message,
+                    process: &self.process,
+                    invocation: &invocation,
+                    fields,
+                },
+            )
+            .map(|()| line)
         };
-        if let Ok(line) = line {
+        if let Ok(Ok(line)) = line.map(String::from_utf8) {
             (self.sink)(&line);
         }
     }

@@ -53,9 +53,26 @@ struct Set<'a, D: Serialize> {
     #[serde(rename = "Namespace")]
     namespace: &'static str,
     #[serde(rename = "Dimensions")]
-    dimensions: [Vec<&'a str>; 2],
+    dimensions: Dimensions<'a>,
     #[serde(rename = "Metrics")]
     metrics: D,
+}
+
+/// The two dimension sets: the line's own, and the same with [`SERVICE`] first. Written
+/// straight from the names, with nothing allocated.
+#[derive(Debug)]
+struct Dimensions<'a>(&'a [&'a str]);
+
+impl Serialize for Dimensions<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct WithService<'a>(&'a [&'a str]);
+        impl Serialize for WithService<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(std::iter::once(&SERVICE).chain(self.0))
+            }
+        }
+        (self.0, WithService(self.0)).serialize(serializer)
+    }
 }
 
 impl<'a, D: Serialize> Directive<'a, D> {
@@ -63,14 +80,11 @@ impl<'a, D: Serialize> Directive<'a, D> {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-        let mut with_service = Vec::with_capacity(dimensions.len() + 1);
-        with_service.push(SERVICE);
-        with_service.extend_from_slice(dimensions);
         Self {
             timestamp,
             sets: [Set {
                 namespace: NAMESPACE,
-                dimensions: [dimensions.to_vec(), with_service],
+                dimensions: Dimensions(dimensions),
                 metrics,
             }],
         }

@@ -199,7 +199,9 @@ impl<P: Provider> Receiver<P> {
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let latency_ms = latency_us as f64 / 1000.0;
         let disposition = delivery.disposition.name();
-        if let Disposition::Rejected(r) = &delivery.disposition {
+        if let (Disposition::Rejected(r), true) =
+            (&delivery.disposition, self.log.enabled(Level::Debug))
+        {
             // Why, beyond the problem's slug: our own words, never request data.
             self.log.write(
                 Level::Debug,
