@@ -137,5 +137,26 @@ fn handler(c: &mut Criterion) {
     group.bench_function("response", |b| {
         b.iter(|| black_box(Disposition::Processed.into_response()))
     });
+    // The whole path of a request refused before the database, from the raw event to the
+    // response payload: reading the event and the log line (a wrong method), and those plus
+    // the signature check (a tampered body).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let wrong_method = event.replacen(r#""method":"POST""#, r#""method":"GET""#, 1);
+    let tampered = event.replacen("jenny.rosen", "jenny.rosex", 1);
+    for (name, raw) in [
+        ("event_refused_by_method", &wrong_method),
+        ("event_refused_by_signature", &tampered),
+    ] {
+        assert_ne!(raw, &event, "{name}: the event was not changed");
+        assert_eq!(
+            runtime.block_on(receiver.handle_event(raw)).status(),
+            if name.contains("method") { 405 } else { 400 }
+        );
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(runtime.block_on(receiver.handle_event(black_box(raw)))))
+        });
+    }
     group.finish();
 }

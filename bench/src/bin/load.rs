@@ -1,12 +1,14 @@
 //! The load benchmark: the real handler path (`Receiver::handle_event`, from the raw API
 //! Gateway event to the response payload) in N execution environments, each with its own
-//! connection, against a private PostgreSQL with fsync and synchronous_commit on; beside it,
-//! pgbench running the same SQL at the same client count against the same server: the
-//! database's own ceiling. After every run the invariants are checked.
+//! connection, dealt over `--threads` OS threads (each a current-thread runtime, as a Lambda
+//! process runs) as pgbench deals its clients over its `-j` threads, against a private
+//! PostgreSQL with fsync and synchronous_commit on; beside it, pgbench running the same SQL at
+//! the same client count and thread count against the same server: the database's own
+//! ceiling. After every run the invariants are checked.
 //!
 //! ```text
 //! cargo run --release -p claimonce-bench --bin load -- [--seconds 10] [--clients 1,8,32,64]
-//!     [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--quick]
+//!     [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--threads 2] [--quick]
 //! ```
 
 use std::fmt::Write as _;
@@ -72,14 +74,17 @@ struct Args {
     repeat: u32,
     clients: Vec<usize>,
     modes: Vec<Mode>,
+    /// OS threads for the environments, and pgbench's `-j` (at most the client count).
+    threads: usize,
 }
 
 const USAGE: &str = "usage: load [--seconds 10] [--clients 1,8,32,64]
-            [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--quick]
+            [--modes unique,dup,dup-apart,credit,naive] [--repeat 1] [--threads 2] [--quick]
   --seconds N       length of every run (handler and pgbench alike)
   --clients LIST    client counts, comma-separated
   --modes LIST      unique, dup, dup-apart, credit, naive, comma-separated
   --repeat N        every row this many times, to show the machine's drift
+  --threads N       OS threads the environments share, and pgbench's -j (at most the clients)
   --quick           1 s runs at 1 and 8 clients (CI's smoke run)
 The full default run takes about 14 minutes.";
 
@@ -90,11 +95,13 @@ fn args(argv: impl IntoIterator<Item = String>) -> Result<Args, (String, u8)> {
     let bad = |e: String| (format!("load: {e}\n{USAGE}"), 2);
     let lex = |e: lexopt::Error| bad(e.to_string());
     let (mut seconds, mut repeat, mut clients, mut modes, mut quick) = (None, 1, None, None, false);
+    let mut threads = 2;
     let mut parser = lexopt::Parser::from_args(argv);
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
             Long("seconds") => seconds = Some(parser.value().map_err(lex)?.parse().map_err(lex)?),
             Long("repeat") => repeat = parser.value().map_err(lex)?.parse().map_err(lex)?,
+            Long("threads") => threads = parser.value().map_err(lex)?.parse().map_err(lex)?,
             Long("clients") => clients = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
             Long("modes") => modes = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
             Long("quick") => quick = true,
@@ -120,6 +127,7 @@ fn args(argv: impl IntoIterator<Item = String>) -> Result<Args, (String, u8)> {
         repeat,
         clients,
         modes,
+        threads,
     })
 }
 
@@ -207,102 +215,155 @@ fn timeouts() -> Timeouts {
 const TWO_FLIGHT_BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 8000; \
     SET LOCAL lock_timeout = 8000; SET LOCAL idle_in_transaction_session_timeout = 8000";
 
-async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: &str) -> Measured {
-    let timeouts = timeouts();
-    // Enough for ~12k deliveries/s; a run that drains the pool stops early and says so.
-    let prepared = Arc::new(prepare(mode, run, seconds * 12_000));
+/// What one environment measured: its latencies, and its processed, failed and credited counts.
+type Environment = (Vec<u32>, u64, u64, i64);
+
+/// One execution environment: its own receiver and connection, taking deliveries from the
+/// shared pool until the deadline.
+async fn environment(
+    mode: Mode,
+    url: String,
+    run: String,
+    prepared: Arc<Vec<(String, Vec<u8>, i64)>>,
+    next: Arc<AtomicU64>,
+    deadline: Instant,
+) -> Environment {
+    let mut latencies = Vec::new();
+    let (mut processed, mut errors, mut credited) = (0_u64, 0_u64, 0_i64);
+    if mode == Mode::Naive {
+        let mut client = connect(&url).await;
+        while Instant::now() < deadline {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            let Some((_, body, _)) = prepared.get(usize::try_from(n).unwrap_or(usize::MAX)) else {
+                break;
+            };
+            let t0 = Instant::now();
+            let parsed = stripe_webhook::parse_event(body).expect("event");
+            let hash: Vec<u8> = vec![0; 32];
+            let tx = client.transaction().await.expect("begin");
+            let won = !tx
+                .query(
+                    NAIVE_CLAIM,
+                    &[
+                        &"stripe",
+                        &parsed.event_id.as_str(),
+                        &parsed.event_type,
+                        &hash,
+                    ],
+                )
+                .await
+                .expect("claim")
+                .is_empty();
+            if won {
+                tx.execute(
+                    NAIVE_EFFECT,
+                    &[&format!("cus_{run}_{n}"), &"jenny.rosen@example.com"],
+                )
+                .await
+                .expect("effect");
+                processed += 1;
+            }
+            tx.commit().await.expect("commit");
+            latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
+        }
+    } else {
+        let settings = Settings::from_url(&url, None, timeouts()).expect("settings");
+        let stripe = Stripe::new(&[SECRET], 300).expect("secret");
+        let receiver = Receiver::new(
+            stripe,
+            Database::new(settings),
+            Limits::default(),
+            Log::discard(),
+        );
+        receiver.warm_up().await;
+        while Instant::now() < deadline {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            let Some((raw, _, amount)) = prepared.get(usize::try_from(n).unwrap_or(usize::MAX))
+            else {
+                break;
+            };
+            let amount = *amount;
+            let t0 = Instant::now();
+            let payload = receiver.handle_event(raw).await;
+            // What the runtime sends back to Lambda: the payload, serialised.
+            let sent = serde_json::to_vec(&payload).map_or(0, |v| v.len());
+            latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
+            // The body is exactly what the response policy writes; compare, not parse.
+            let processed_body =
+                &payload.response().body()[..] == br#"{"disposition":"processed"}"#;
+            match (
+                Some(u64::from(payload.status())).filter(|_| sent > 0),
+                processed_body,
+            ) {
+                (Some(200), true) => {
+                    processed += 1;
+                    credited += amount;
+                }
+                (Some(200), _) => {}
+                _ => errors += 1,
+            }
+        }
+    }
+    (latencies, processed, errors, credited)
+}
+
+async fn run_handlers(
+    mode: Mode,
+    url: &str,
+    clients: usize,
+    threads: usize,
+    seconds: u64,
+    run: &str,
+) -> Measured {
+    // Enough for ~20k deliveries/s; a run that drains the pool stops early and says so.
+    let prepared = Arc::new(prepare(mode, run, seconds * 20_000));
     let next = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
     let cpu_before = cpu_ms();
     let started = Instant::now();
-    for _ in 0..clients {
-        let next = Arc::clone(&next);
-        let prepared = Arc::clone(&prepared);
-        let url = url.to_owned();
-        let run = run.to_owned();
-        let settings = Settings::from_url(&url, None, timeouts.clone()).expect("settings");
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let (mut processed, mut errors, mut credited) = (0_u64, 0_u64, 0_i64);
-            if mode == Mode::Naive {
-                let mut client = connect(&url).await;
-                while Instant::now() < deadline {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((_, body, _)) = prepared.get(usize::try_from(n).unwrap_or(usize::MAX))
-                    else {
-                        break;
-                    };
-                    let t0 = Instant::now();
-                    let parsed = stripe_webhook::parse_event(body).expect("event");
-                    let hash: Vec<u8> = vec![0; 32];
-                    let tx = client.transaction().await.expect("begin");
-                    let won = !tx
-                        .query(
-                            NAIVE_CLAIM,
-                            &[
-                                &"stripe",
-                                &parsed.event_id.as_str(),
-                                &parsed.event_type,
-                                &hash,
-                            ],
-                        )
-                        .await
-                        .expect("claim")
-                        .is_empty();
-                    if won {
-                        tx.execute(
-                            NAIVE_EFFECT,
-                            &[&format!("cus_{run}_{n}"), &"jenny.rosen@example.com"],
-                        )
-                        .await
-                        .expect("effect");
-                        processed += 1;
+    // The environments share `threads` OS threads, each a current-thread runtime as a Lambda
+    // process runs, dealt out round robin: as pgbench deals its clients over its `-j` threads.
+    let threads = threads.clamp(1, clients.max(1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let share = clients / threads + usize::from(t < clients % threads);
+            let (url, run) = (url.to_owned(), run.to_owned());
+            let (prepared, next) = (Arc::clone(&prepared), Arc::clone(&next));
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    let tasks: Vec<_> = (0..share)
+                        .map(|_| {
+                            tokio::spawn(environment(
+                                mode,
+                                url.clone(),
+                                run.clone(),
+                                Arc::clone(&prepared),
+                                Arc::clone(&next),
+                                deadline,
+                            ))
+                        })
+                        .collect();
+                    let mut measured = Vec::with_capacity(share);
+                    for task in tasks {
+                        measured.push(task.await.expect("environment"));
                     }
-                    tx.commit().await.expect("commit");
-                    latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
-                }
-            } else {
-                let stripe = Stripe::new(&[SECRET], 300).expect("secret");
-                let receiver = Receiver::new(
-                    stripe,
-                    Database::new(settings),
-                    Limits::default(),
-                    Log::discard(),
-                );
-                receiver.warm_up().await;
-                while Instant::now() < deadline {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((raw, _, amount)) =
-                        prepared.get(usize::try_from(n).unwrap_or(usize::MAX))
-                    else {
-                        break;
-                    };
-                    let amount = *amount;
-                    let t0 = Instant::now();
-                    let payload = receiver.handle_event(raw).await;
-                    // What the runtime sends back to Lambda: the payload, serialised.
-                    let sent = serde_json::to_vec(&payload).map_or(0, |v| v.len());
-                    latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
-                    // The body is exactly what the response policy writes; compare, not parse.
-                    let processed_body =
-                        &payload.response().body()[..] == br#"{"disposition":"processed"}"#;
-                    match (
-                        Some(u64::from(payload.status())).filter(|_| sent > 0),
-                        processed_body,
-                    ) {
-                        (Some(200), true) => {
-                            processed += 1;
-                            credited += amount;
-                        }
-                        (Some(200), _) => {}
-                        _ => errors += 1,
-                    }
-                }
-            }
-            (latencies, processed, errors, credited)
-        }));
-    }
+                    measured
+                })
+            })
+        })
+        .collect();
+    let environments = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker thread"))
+            .collect::<Vec<Environment>>()
+    })
+    .await
+    .expect("workers");
     let mut measured = Measured {
         deliveries: 0,
         processed: 0,
@@ -312,8 +373,7 @@ async fn run_handlers(mode: Mode, url: &str, clients: usize, seconds: u64, run: 
         cpu_ms: (0.0, 0.0),
         credited: 0,
     };
-    for task in tasks {
-        let (latencies, processed, errors, credited) = task.await.expect("worker");
+    for (latencies, processed, errors, credited) in environments {
         measured.deliveries += latencies.len() as u64;
         measured.latencies_us.extend(latencies);
         measured.processed += processed;
@@ -404,7 +464,7 @@ fn pgbench_script(mode: Mode, shape: Shape) -> String {
                 Mode::Credit | Mode::Dup | Mode::DupApart => {
                     "stripe_credit_v1('cus_hot_' || :c, 'x@example.com', 100)".to_owned()
                 }
-                _ => format!("stripe_provision_v1({customer}, 'x@example.com', {id})"),
+                _ => format!("stripe_provision_v2({customer}, 'x@example.com', {id})"),
             };
             let new = statement(id, &effect);
             match mode {
@@ -421,7 +481,10 @@ fn pgbench_script(mode: Mode, shape: Shape) -> String {
     format!("{head}{delivery}")
 }
 
-/// The two-flight shape's SQL, statement for statement as the handler sent it.
+/// The two-flight shape's SQL: the bounds and the claim in the first flight, as the handler
+/// sent them, and the effect the handler applies today (`stripe_provision_v2`,
+/// `stripe_credit_v1`) written out as plain statements in the second, so both shapes do the
+/// same work.
 fn two_flights(mode: Mode) -> String {
     let begin: String = TWO_FLIGHT_BEGIN
         .split("; ")
@@ -440,13 +503,17 @@ fn two_flights(mode: Mode) -> String {
             SET credit_balance_cents = customers.credit_balance_cents + EXCLUDED.credit_balance_cents, \
             email = COALESCE(customers.email, EXCLUDED.email), updated_at = now();\n"
         }
-        // A checkout provisions the customer and queues its welcome email in the outbox.
+        // A checkout provisions the customer and, the first time it has an address, marks it
+        // welcomed and queues its welcome email in the outbox: stripe_provision_v2's work,
+        // as plain statements.
         _ => {
             "INSERT INTO customers (stripe_customer_id, email) VALUES ('cus_pgb_' || :client_id || '_' || :id, 'x@example.com') \
             ON CONFLICT (stripe_customer_id) DO UPDATE SET email = COALESCE(EXCLUDED.email, customers.email), updated_at = now();\n\
+            WITH welcomed AS (UPDATE customers SET welcomed_at = now() \
+            WHERE stripe_customer_id = 'cus_pgb_' || :client_id || '_' || :id AND welcomed_at IS NULL RETURNING 1) \
             INSERT INTO outbox (topic, payload, provider, event_id, dedup_key) \
             SELECT 'email.welcome', jsonb_build_object('stripe_customer_id', 'cus_pgb_' || :client_id || '_' || :id, 'email', 'x@example.com'), \
-            'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id ON CONFLICT DO NOTHING;\n"
+            'stripe', 'pgb_' || :client_id || '_' || :id, 'cus_pgb_' || :client_id || '_' || :id FROM welcomed ON CONFLICT DO NOTHING;\n"
         }
     };
     let delivery = |claim: String, rest: &str| {
@@ -492,6 +559,7 @@ fn pgbench(
     pg: &Postgres,
     db: &str,
     clients: usize,
+    threads: usize,
     seconds: u64,
     dir: &std::path::Path,
 ) -> Result<Ceiling, String> {
@@ -519,7 +587,7 @@ fn pgbench(
             "-c",
             &clients.to_string(),
             "-j",
-            &clients.min(2).to_string(),
+            &threads.clamp(1, clients.max(1)).to_string(),
             "-T",
             &seconds.to_string(),
             "-f",
@@ -662,7 +730,7 @@ async fn main() -> std::process::ExitCode {
         let url = pg.url(&db);
         let postmaster = postmaster_pid(&pg);
         let db_before = postgres_cpu_ms(postmaster);
-        let m = run_handlers(mode, &url, clients, args.seconds, &run).await;
+        let m = run_handlers(mode, &url, clients, args.threads, args.seconds, &run).await;
         settle(&admin, &db).await;
         let handler_db_cpu = postgres_cpu_ms(postmaster) - db_before;
         let check_client = connect(&url).await;
@@ -700,6 +768,7 @@ async fn main() -> std::process::ExitCode {
                         &pg,
                         &pdb,
                         clients,
+                        args.threads,
                         args.seconds,
                         &dir,
                     )
@@ -807,6 +876,7 @@ mod tests {
             "--seconds x",
             "--modes fast",
             "--clients 1,x",
+            "--threads two",
             "extra",
         ] {
             assert!(matches!(parse(wrong), Err((_, 2))), "{wrong}");
@@ -814,6 +884,11 @@ mod tests {
         let quick = parse("--quick --clients 2")
             .map_err(|e| e.0)
             .expect("valid");
-        assert_eq!((quick.seconds, quick.clients), (1, vec![2]));
+        assert_eq!(
+            (quick.seconds, quick.clients, quick.threads),
+            (1, vec![2], 2)
+        );
+        let one = parse("--threads 1").map_err(|e| e.0).expect("valid");
+        assert_eq!(one.threads, 1);
     }
 }
