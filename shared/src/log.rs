@@ -9,7 +9,7 @@
 //! below `AWS_LAMBDA_LOG_LEVEL` (which Lambda sets from the function's `ApplicationLogLevel`;
 //! `INFO` when unset) is not even built.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -134,10 +134,7 @@ pub fn begin(context: &lambda_runtime::Context) {
 }
 
 fn set(invocation: Invocation) {
-    match INVOCATION.lock() {
-        Ok(mut current) => *current = invocation,
-        Err(poisoned) => *poisoned.into_inner() = invocation,
-    }
+    *INVOCATION.lock().unwrap_or_else(PoisonError::into_inner) = invocation;
 }
 
 /// Where log lines go (stdout in a function, memory in a test), at which level, and what
@@ -239,10 +236,7 @@ impl Log {
         // Serialised under the lock rather than cloned out of it: a process serves one
         // invocation at a time, so nothing waits, and the line costs no copy of the ids.
         let line = {
-            let invocation = match INVOCATION.lock() {
-                Ok(current) => current,
-                Err(poisoned) => poisoned.into_inner(),
-            };
+            let invocation = INVOCATION.lock().unwrap_or_else(PoisonError::into_inner);
             // Sized for a delivery line (about 700 bytes with its metrics) so that writing it
             // does not grow the buffer step by step.
             let mut line = Vec::with_capacity(1024);

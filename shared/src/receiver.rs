@@ -199,8 +199,8 @@ impl<P: Provider> Receiver<P> {
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let latency_ms = latency_us as f64 / 1000.0;
         let disposition = delivery.disposition.name();
-        if let (Disposition::Rejected(r), true) =
-            (&delivery.disposition, self.log.enabled(Level::Debug))
+        if self.log.enabled(Level::Debug)
+            && let Disposition::Rejected(r) = &delivery.disposition
         {
             // Why, beyond the problem's slug: our own words, never request data.
             self.log.write(

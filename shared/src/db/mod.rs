@@ -6,7 +6,7 @@ mod error;
 mod settings;
 mod tls;
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
@@ -195,13 +195,6 @@ impl Drop for Connection {
     }
 }
 
-fn set<T>(slot: &std::sync::Mutex<T>, value: T) {
-    match slot.lock() {
-        Ok(mut current) => *current = value,
-        Err(poisoned) => *poisoned.into_inner() = value,
-    }
-}
-
 /// One execution environment's connection: made at cold start, reused by every invocation,
 /// replaced when it is found closed.
 #[derive(Debug)]
@@ -317,9 +310,10 @@ impl Database {
             if tokio::time::Instant::now() >= deadline {
                 return Err(DeliveryError::TimedOut);
             }
-            set(in_flight, Some(Arc::clone(&connection.cancel)));
+            *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(Arc::clone(&connection.cancel));
             let outcome = pipeline::run(connection, claim, effect).await;
-            set(in_flight, None);
+            *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
             match outcome {
                 Ok(finished) => return Ok(finished),
                 Err(error) if connection_lost(&error) => {

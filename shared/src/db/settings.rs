@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Config;
@@ -91,10 +91,10 @@ impl SecretSource {
     }
 
     fn current(&self) -> (String, String) {
-        match self.current.lock() {
-            Ok(c) => c.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -227,10 +227,10 @@ impl Settings {
             return Ok(false);
         };
         let fresh = SecretSource::read(&source.aws, &source.arn).await?;
-        match source.current.lock() {
-            Ok(mut c) => *c = fresh,
-            Err(poisoned) => *poisoned.into_inner() = fresh,
-        }
+        *source
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = fresh;
         Ok(true)
     }
 
