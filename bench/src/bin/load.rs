@@ -321,9 +321,9 @@ async fn run_handlers(
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let cpu_before = cpu_ms();
     let started = Instant::now();
-    // The environments share `threads` OS threads, each a current-thread runtime as a Lambda
-    // process runs, dealt out round robin: as pgbench deals its clients over its `-j` threads.
-    let threads = threads.clamp(1, clients.max(1));
+    // The environments share `threads` OS threads (1 to `clients`), each a current-thread
+    // runtime as a Lambda process runs, dealt out round robin: as pgbench deals its clients
+    // over its `-j` threads.
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let share = clients / threads + usize::from(t < clients % threads);
@@ -587,7 +587,7 @@ fn pgbench(
             "-c",
             &clients.to_string(),
             "-j",
-            &threads.clamp(1, clients.max(1)).to_string(),
+            &threads.to_string(),
             "-T",
             &seconds.to_string(),
             "-f",
@@ -730,7 +730,9 @@ async fn main() -> std::process::ExitCode {
         let url = pg.url(&db);
         let postmaster = postmaster_pid(&pg);
         let db_before = postgres_cpu_ms(postmaster);
-        let m = run_handlers(mode, &url, clients, args.threads, args.seconds, &run).await;
+        // At most one thread per client, the same number on both sides.
+        let threads = args.threads.clamp(1, clients.max(1));
+        let m = run_handlers(mode, &url, clients, threads, args.seconds, &run).await;
         settle(&admin, &db).await;
         let handler_db_cpu = postgres_cpu_ms(postmaster) - db_before;
         let check_client = connect(&url).await;
@@ -768,7 +770,7 @@ async fn main() -> std::process::ExitCode {
                         &pg,
                         &pdb,
                         clients,
-                        args.threads,
+                        threads,
                         args.seconds,
                         &dir,
                     )
