@@ -50,12 +50,7 @@ impl Verify for HubSignature256 {
                     "signature header is not sha256= and 64 lower-case hex digits",
                 )
             })?;
-        if !self.keys.any_matches(&[body], &[signature]) {
-            return Err(reject(
-                Problem::SignatureMismatch,
-                "no signature matches any configured secret",
-            ));
-        }
+        self.keys.check(&[body], &[signature])?;
         Ok(Verified::default())
     }
 }

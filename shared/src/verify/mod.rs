@@ -46,17 +46,25 @@ impl SigningKeys {
         (!keys.is_empty() && keys.iter().all(|k| !k.is_empty())).then_some(Self(keys))
     }
 
-    /// True when, for some key, the HMAC-SHA256 of the concatenated `parts` equals one of the
-    /// `candidates`. The message is hashed once per key; each candidate is then a
-    /// constant-time compare. At most [`MAX_SIGNATURES`] candidates are looked at.
-    pub(crate) fn any_matches(&self, parts: &[&[u8]], candidates: &[[u8; 32]]) -> bool {
-        self.0.iter().any(|key| {
+    /// Ok when, for some key, the HMAC-SHA256 of the concatenated `parts` equals one of the
+    /// `candidates`; every scheme's `signature-mismatch` otherwise. The message is hashed once
+    /// per key; each candidate is then a constant-time compare. At most [`MAX_SIGNATURES`]
+    /// candidates are looked at.
+    pub(crate) fn check(&self, parts: &[&[u8]], candidates: &[[u8; 32]]) -> Result<(), Rejection> {
+        let matched = self.0.iter().any(|key| {
             let mac = keyed_mac(key, parts);
             candidates
                 .iter()
                 .take(MAX_SIGNATURES)
                 .any(|sig| mac.clone().verify_slice(sig).is_ok())
-        })
+        });
+        if !matched {
+            return Err(reject(
+                Problem::SignatureMismatch,
+                "no signature matches any configured secret",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -127,16 +127,10 @@ impl Verify for StandardWebhooks {
                 "signature header has no well-formed v1 signature",
             ));
         }
-        let matched = self.keys.any_matches(
+        self.keys.check(
             &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
             &candidates,
-        );
-        if !matched {
-            return Err(reject(
-                Problem::SignatureMismatch,
-                "no signature matches any configured secret",
-            ));
-        }
+        )?;
         if !within_tolerance(timestamp_value, now, self.tolerance) {
             return Err(reject(
                 Problem::StaleTimestamp,

@@ -114,15 +114,8 @@ impl Verify for TimestampV1 {
             .ok_or_else(|| reject(Problem::MissingSignature, "signature header is missing"))?;
         let header = parse_header(value)?;
         let timestamp = header.timestamp.to_string();
-        let matched = self
-            .keys
-            .any_matches(&[timestamp.as_bytes(), b".", body], &header.signatures);
-        if !matched {
-            return Err(reject(
-                Problem::SignatureMismatch,
-                "no signature matches any configured secret",
-            ));
-        }
+        self.keys
+            .check(&[timestamp.as_bytes(), b".", body], &header.signatures)?;
         if !within_tolerance(header.timestamp, now, self.tolerance) {
             return Err(reject(
                 Problem::StaleTimestamp,
