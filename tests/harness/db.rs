@@ -187,6 +187,34 @@ impl TestDb {
         }
     }
 
+    /// A database migrated from nothing (`template0`), beside this one, as a deployment's is:
+    /// what a migration grants or revokes on the database itself (its TEMP privilege) is not
+    /// copied with a template. `prepare` runs on the empty database first, as its superuser.
+    pub async fn migrated_beside(&self, suffix: &str, prepare: &str) -> TestDb {
+        let name = format!("{}_{suffix}", self.name);
+        self.client()
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        let url = with_database(&self.url, &name);
+        let function_url = with_database(&self.function_url, &name);
+        let db = TestDb {
+            name,
+            url,
+            function_url,
+        };
+        let mut admin = db.client().await;
+        admin
+            .batch_execute(prepare)
+            .await
+            .unwrap_or_else(|e| panic!("{prepare}: {e}"));
+        claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
+            .await
+            .expect("the migrations apply to an empty database");
+        db
+    }
+
     /// A plain connection for setting up and checking state.
     pub async fn client(&self) -> Client {
         admin(&self.url).await

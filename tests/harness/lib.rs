@@ -5,6 +5,7 @@
 pub mod apigw;
 pub mod db;
 pub mod lambda;
+pub mod operations;
 pub mod proxy;
 pub mod recorder;
 pub mod roles;

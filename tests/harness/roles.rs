@@ -15,12 +15,16 @@ pub fn url_as(url: &str, user: &str) -> String {
 }
 
 /// Creates a login user granted `role` (roles are per server, so the user is named after
-/// the test database) and returns a direct URL to the test database as that user.
+/// the test database), unless it exists, and returns a direct URL to the test database as that
+/// user.
 pub async fn login_with(db: &TestDb, role: &str) -> String {
     let user = format!("{}_{}", db.name, role.trim_start_matches("claimonce_"));
     db.client()
         .await
-        .batch_execute(&format!("CREATE ROLE {user} LOGIN IN ROLE {role}"))
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{user}') THEN \
+             CREATE ROLE {user} LOGIN IN ROLE {role}; END IF; END $$"
+        ))
         .await
         .unwrap_or_else(|e| panic!("create login {user}: {e}"));
     url_as(&db.url, &user)

@@ -3,6 +3,7 @@
 mod boundary;
 mod connection;
 mod faults;
+mod gate;
 mod lambda;
 mod migrate_fn;
 mod migrations;

@@ -381,7 +381,7 @@ fn options(users: &[&str]) -> claimonce_migrate::Options {
     claimonce_migrate::Options {
         handler_users: users
             .iter()
-            .map(|u| claimonce_migrate::RoleName::parse(u).expect("role name"))
+            .map(|u| claimonce_migrate::HandlerUser::parse(u).expect("role name"))
             .collect(),
         ..claimonce_migrate::Options::default()
     }
@@ -459,6 +459,63 @@ async fn the_handler_users_get_their_timeouts_as_login_role_settings() {
             .expect("show")
             .get(0);
         assert_eq!(shown, "2500ms", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_handler_user_given_with_its_provider_role_is_moved_onto_it() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    // A login as earlier releases' DEPLOY.md made it: granted the shared claimonce_handler.
+    let user = format!("{}_moved", db.name);
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE ROLE {user} LOGIN IN ROLE claimonce_handler"
+        ))
+        .await
+        .expect("create the handler user");
+    let entry = format!("{user}:claimonce_github");
+    let migrate = migrator_with(&url, claimonce_migrations::ALL, options(&[&entry]));
+    let cfn = Recorder::ok().await;
+    for kind in ["Create", "Update"] {
+        let body = answer(&migrate, kind, &cfn).await;
+        assert_eq!(body["Status"], "SUCCESS", "{body}");
+    }
+    let memberships: Vec<String> = db
+        .client()
+        .await
+        .query(
+            "SELECT g.rolname::text FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid \
+             JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = $1 ORDER BY 1",
+            &[&user],
+        )
+        .await
+        .expect("memberships")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(memberships, ["claimonce_github"]);
+    // Now it claims GitHub's events and no one else's.
+    let as_user = url.replacen("postgres@", &format!("{user}@"), 1);
+    let (client, connection) = tokio_postgres::connect(&as_user, tokio_postgres::NoTls)
+        .await
+        .expect("connect as the moved user");
+    tokio::spawn(connection);
+    let claim = "SELECT won FROM claimonce_claim_v1($1, 'e1', 't', NULL)";
+    assert!(client.query_one(claim, &[&"github"]).await.is_ok());
+    let refused = client
+        .query_one(claim, &[&"stripe"])
+        .await
+        .expect_err("another provider's claim");
+    assert_eq!(refused.code().map(|c| c.code()), Some("42501"));
+
+    // A role after ':' that is not a provider's is refused before anything runs.
+    for bad in ["u:postgres", "u:", ":claimonce_stripe", "u:claimonce_x:y"] {
+        assert!(
+            claimonce_migrate::HandlerUser::parse(bad).is_err(),
+            "{bad:?}"
+        );
     }
 }
 

@@ -363,3 +363,57 @@ async fn stripe_and_resend_ids_live_in_separate_namespaces() {
         2
     );
 }
+
+#[tokio::test]
+async fn an_event_delivered_again_after_the_sweep_removed_its_claim_is_processed() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(resend());
+    let body = resend_email("bounced", "em_swept", &["swept@example.com"]);
+    assert_eq!(
+        outcome(&send(&receiver, "msg_swept", &body).await),
+        (200, "processed".into())
+    );
+    // The retention window passes and the sweep removes the claim; the effect's rows stay.
+    db.client()
+        .await
+        .batch_execute("UPDATE processed_events SET received_at = now() - interval '100 days'")
+        .await
+        .expect("age the claim");
+    let settings = db.settings();
+    let client = settings.connect().await.expect("connect");
+    let report = retention_sweep::sweep(
+        &client,
+        settings.timeouts(),
+        &retention_sweep::Policy::new(90, 5000).expect("policy"),
+        &claimonce::scheduled::Budget::until(
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        ),
+    )
+    .await;
+    assert_eq!(report.removed, 1, "{report:?}");
+    // Resend (Svix) delivers it again: claimed anew and processed, not 500 on every retry
+    // (resend_record_v1 inserted without ON CONFLICT and met its own first row).
+    assert_eq!(
+        outcome(&send(&receiver, "msg_swept", &body).await),
+        (200, "processed".into())
+    );
+    // And after OPERATIONS.md's "Replay an event safely", run as the page writes it.
+    assert_eq!(
+        claimonce_tests::operations::replay(&db, "resend", "msg_swept").await,
+        1
+    );
+    assert_eq!(
+        outcome(&send(&receiver, "msg_swept", &body).await),
+        (200, "processed".into())
+    );
+    for (sql, expected) in [
+        ("SELECT count(*) FROM processed_events", 1),
+        (
+            "SELECT count(*) FROM email_events WHERE event_id = 'msg_swept'",
+            1,
+        ),
+        ("SELECT count(*) FROM email_suppressions", 1),
+    ] {
+        assert_eq!(db.count(sql).await, expected, "{sql}");
+    }
+}

@@ -188,17 +188,24 @@ async fn only_the_sweeper_role_may_delete_from_the_ledger_and_no_role_may_rewrit
 
     let delete = "DELETE FROM processed_events";
     let update = "UPDATE processed_events SET event_type = 'forged'";
-    assert_eq!(as_role(&client, "claimonce_handler", delete).await, denied);
-    assert_eq!(as_role(&client, "claimonce_handler", update).await, denied);
+    for role in [
+        "claimonce_handler",
+        "claimonce_stripe",
+        "claimonce_resend",
+        "claimonce_github",
+    ] {
+        assert_eq!(as_role(&client, role, delete).await, denied, "{role}");
+        assert_eq!(as_role(&client, role, update).await, denied, "{role}");
+    }
     assert_eq!(as_role(&client, "claimonce_relay", delete).await, denied);
     assert_eq!(as_role(&client, "claimonce_sweeper", delete).await, Ok(3));
     assert_eq!(as_role(&client, "claimonce_sweeper", update).await, denied);
-    // The handler still claims.
+    // The handler still claims, through the claim function only (V9).
     assert_eq!(
         as_role(
             &client,
-            "claimonce_handler",
-            "INSERT INTO processed_events (provider, event_id, event_type) VALUES ('stripe', 'evt_new', 't')"
+            "claimonce_stripe",
+            "SELECT * FROM claimonce_claim_v1('stripe', 'evt_new', 't', NULL)"
         )
         .await,
         Ok(1)

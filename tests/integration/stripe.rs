@@ -567,3 +567,33 @@ async fn the_delivery_line_carries_its_cloudwatch_metrics() {
             .is_some_and(|t| t > 1_700_000_000_000)
     );
 }
+
+#[tokio::test]
+async fn the_replay_procedure_of_operations_md_applies_the_event_again() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(stripe());
+    let body = invoice_paid("evt_replayed", "cus_replayed", 500);
+    assert_eq!(
+        outcome(&send(&receiver, &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(
+        outcome(&send(&receiver, &body).await),
+        (200, "duplicate".into())
+    );
+    // As the page warns: an additive effect is applied again once its claim is removed.
+    assert_eq!(
+        claimonce_tests::operations::replay(&db, "stripe", "evt_replayed").await,
+        1
+    );
+    assert_eq!(
+        outcome(&send(&receiver, &body).await),
+        (200, "processed".into())
+    );
+    assert_eq!(
+        outcome(&send(&receiver, &body).await),
+        (200, "duplicate".into())
+    );
+    assert_eq!(balance(&db, "cus_replayed").await, Some(1000));
+    assert_eq!(ledger_rows(&db).await, 1);
+}

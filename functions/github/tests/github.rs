@@ -420,3 +420,53 @@ async fn a_failing_effect_rolls_back_and_the_redelivery_heals() {
         1
     );
 }
+
+#[tokio::test]
+async fn the_replay_procedure_of_operations_md_and_the_functions_own_login() {
+    let db = TestDb::new().await;
+    // The function's own login, granted claimonce_github only (migration V9).
+    let url = claimonce_tests::roles::login_with(&db, "claimonce_github").await;
+    let (receiver, _) = claimonce_tests::db::receiver_at(&url, github());
+    let body = installation("created", 9, "2026-11-29T10:00:00Z", json!({}));
+    let issue = br#"{"action":"opened","issue":{"number":1},"installation":{"id":9}}"#;
+    assert_eq!(
+        deliver(&receiver, "installation", "r1", &body).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        deliver(&receiver, "issues", "r2", issue).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        deliver(&receiver, "installation", "r3", &body).await,
+        (200, "duplicate".into())
+    );
+    // OPERATIONS.md's replay, as the page writes it, for the installation's ledger row (its
+    // event id is the body's SHA-256): the next delivery of the body is applied again, and the
+    // newest-first rule leaves the installation as it was.
+    let event_id: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT event_id FROM processed_events WHERE event_type = 'installation.created'",
+            &[],
+        )
+        .await
+        .expect("the installation's claim")
+        .get(0);
+    assert_eq!(
+        claimonce_tests::operations::replay(&db, "github", &event_id).await,
+        1
+    );
+    assert_eq!(
+        deliver(&receiver, "installation", "r4", &body).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM github_installations WHERE installation_id = 9 AND state = 'active'")
+            .await,
+        1
+    );
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
+}

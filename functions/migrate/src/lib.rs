@@ -13,7 +13,10 @@
 //!
 //! After the migrations it sets the login-role defaults of the handler users
 //! (`DB_HANDLER_USERS`): `statement_timeout` and `idle_in_transaction_session_timeout`, so a
-//! delivery sends no `SET` on the wire (a `SET` would pin the session behind RDS Proxy).
+//! delivery sends no `SET` on the wire (a `SET` would pin the session behind RDS Proxy). A user
+//! given as `user:role` (`stripe_webhook:claimonce_stripe`) is also granted its provider's role
+//! and taken out of the shared `claimonce_handler` of earlier releases (migration V9), so one
+//! provider's login cannot touch another's data.
 //!
 //! Every wait is bounded so that CloudFormation always gets an answer in time: the server
 //! stops a migration that waits on a lock or runs too long (`MIGRATE_LOCK_TIMEOUT_MS`,
@@ -73,11 +76,48 @@ impl RoleName {
     fn quoted(&self) -> String {
         format!("\"{}\"", self.0)
     }
+
+    /// The name as an SQL string literal. The characters allowed cannot end the quotes.
+    fn literal(&self) -> String {
+        format!("'{}'", self.0)
+    }
 }
 
 impl fmt::Display for RoleName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// One entry of `DB_HANDLER_USERS`: a webhook function's login user and, when given
+/// (`user:role`), the provider role it is moved onto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerUser {
+    /// The login user.
+    pub user: RoleName,
+    /// Its provider's role (`claimonce_<provider>`), granted by every run.
+    pub role: Option<RoleName>,
+}
+
+impl HandlerUser {
+    /// Reads `user` or `user:role`; the error names the entry (role names are not secrets).
+    pub fn parse(entry: &str) -> Result<Self, ConfigError> {
+        Ok(match entry.split_once(':') {
+            None => Self {
+                user: RoleName::parse(entry)?,
+                role: None,
+            },
+            Some((user, role)) if role.starts_with("claimonce_") => Self {
+                user: RoleName::parse(user)?,
+                role: Some(RoleName::parse(role)?),
+            },
+            Some(_) => {
+                return Err(ConfigError::new(format!(
+                    "DB_HANDLER_USERS: {entry:?}: the role after ':' is a provider's role, \
+                     claimonce_<provider>"
+                )));
+            }
+        })
     }
 }
 
@@ -87,9 +127,9 @@ impl fmt::Display for RoleName {
 pub struct Options {
     /// `MIGRATE_LOCK_TIMEOUT_MS` (5000) and `MIGRATE_STATEMENT_TIMEOUT_MS` (240000).
     pub bounds: Bounds,
-    /// `DB_HANDLER_USERS`: comma-separated login roles of the webhook functions (none by
-    /// default).
-    pub handler_users: Vec<RoleName>,
+    /// `DB_HANDLER_USERS`: comma-separated login roles of the webhook functions, each
+    /// `user` or `user:role` (none by default).
+    pub handler_users: Vec<HandlerUser>,
     /// `DB_HANDLER_STATEMENT_TIMEOUT_MS` (3000): those roles' `statement_timeout` and
     /// `idle_in_transaction_session_timeout`.
     pub handler_timeout: Duration,
@@ -129,7 +169,7 @@ impl Options {
             .split(',')
             .map(str::trim)
             .filter(|name| !name.is_empty())
-            .map(RoleName::parse)
+            .map(HandlerUser::parse)
             .collect::<Result<_, _>>()?;
         Ok(Self {
             bounds: Bounds {
@@ -434,44 +474,57 @@ impl Migrator {
 }
 
 /// Sets `statement_timeout` and `idle_in_transaction_session_timeout` as login-role defaults
-/// of every handler user, so each new session of theirs starts with them. Idempotent: the same
-/// value set again changes nothing. A role that does not exist fails the run with its name.
+/// of every handler user, so each new session of theirs starts with them, and moves a user
+/// given with its provider's role onto that role. Idempotent: the same value set again, or a
+/// role granted again, changes nothing. A role that does not exist fails the run with its name.
 async fn configure_handlers(client: &Client, options: &Options) -> Result<(), String> {
     let ms = options.handler_timeout.as_millis();
-    for role in &options.handler_users {
-        let found = client
-            .query_typed(
-                "SELECT 1 FROM pg_roles WHERE rolname = $1",
-                &[(&role.0, Type::TEXT)],
-            )
-            .await
-            .map_err(|e| {
-                format!(
-                    "DB_HANDLER_USERS: looking up role {role}: {}",
-                    database_error(&e)
+    for HandlerUser { user, role } in &options.handler_users {
+        for name in std::iter::once(user).chain(role) {
+            let found = client
+                .query_typed(
+                    "SELECT 1 FROM pg_roles WHERE rolname = $1",
+                    &[(&name.0, Type::TEXT)],
                 )
-            })?;
-        if found.is_empty() {
-            return Err(format!(
-                "DB_HANDLER_USERS: role {role} does not exist; create it before deploying \
-                 (DEPLOY.md, \"Database users and roles\")"
+                .await
+                .map_err(|e| {
+                    format!(
+                        "DB_HANDLER_USERS: looking up role {name}: {}",
+                        database_error(&e)
+                    )
+                })?;
+            if found.is_empty() {
+                return Err(format!(
+                    "DB_HANDLER_USERS: role {name} does not exist; create it before deploying \
+                     (DEPLOY.md, \"Database users and roles\")"
+                ));
+            }
+        }
+        let quoted = user.quoted();
+        let mut sql = format!(
+            "ALTER ROLE {quoted} SET statement_timeout = '{ms}ms'; \
+             ALTER ROLE {quoted} SET idle_in_transaction_session_timeout = '{ms}ms'"
+        );
+        if let Some(role) = role {
+            // The REVOKE runs only where the grant exists: PostgreSQL warns otherwise.
+            sql.push_str(&format!(
+                "; GRANT {} TO {quoted}; \
+                 DO $$ BEGIN IF EXISTS (SELECT FROM pg_auth_members m \
+                 JOIN pg_roles g ON g.oid = m.roleid \
+                 JOIN pg_roles u ON u.oid = m.member WHERE g.rolname = 'claimonce_handler' \
+                 AND u.rolname = {literal}) THEN REVOKE claimonce_handler FROM {quoted}; \
+                 END IF; END $$",
+                role.quoted(),
+                literal = user.literal(),
             ));
         }
-        let quoted = role.quoted();
-        client
-            .batch_execute(&format!(
-                "ALTER ROLE {quoted} SET statement_timeout = '{ms}ms'; \
-                 ALTER ROLE {quoted} SET idle_in_transaction_session_timeout = '{ms}ms'"
-            ))
-            .await
-            .map_err(|e| {
-                format!(
-                    "DB_HANDLER_USERS: setting the timeouts of role {role} failed: {} (the \
-                     migrate user needs CREATEROLE, and on PostgreSQL 16 or later ADMIN OPTION \
-                     on the role)",
-                    database_error(&e)
-                )
-            })?;
+        client.batch_execute(&sql).await.map_err(|e| {
+            format!(
+                "DB_HANDLER_USERS: configuring role {user} failed: {} (the migrate user needs \
+                 CREATEROLE, and on PostgreSQL 16 or later ADMIN OPTION on the role)",
+                database_error(&e)
+            )
+        })?;
     }
     Ok(())
 }

@@ -184,14 +184,15 @@ pub fn parse_event(
 }
 
 /// The event's effect, given its id and type: every `email.*` event is recorded, and the
-/// recipients of a suppressing one are suppressed (`resend_record_v1`, migration V6).
+/// recipients of a suppressing one are suppressed (`resend_record_v2`, migration V9: an event
+/// claimed again after its ledger row was swept keeps its first row instead of failing).
 pub fn effect(id: &str, event_type: &str, event: &ResendEvent) -> Option<Effect> {
     let ResendEvent::Email(email) = event else {
         return None;
     };
     let suppress = email.suppress.filter(|_| !email.recipients.is_empty());
     Some(Effect::call(
-        "resend_record_v1",
+        "resend_record_v2",
         vec![
             Param::new(id.to_owned(), Type::TEXT),
             Param::new(email.email_id.clone(), Type::TEXT),

@@ -1,0 +1,323 @@
+//! The claim gate as the database enforces it (migration V9), tried as an attacker holding a
+//! function's own login: no effect without a claim its own transaction won, no direct write to
+//! any table, no temporary shadow of the ledger, no other provider's claims or effects. And the
+//! same logins deliver normally.
+
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{outcome, post_stripe, post_to};
+use claimonce_tests::db::receiver_at;
+use claimonce_tests::roles::login_with;
+use claimonce_tests::sign::{
+    RESEND_SECRET, invoice_paid, now, resend, resend_email, stripe, svix_headers,
+};
+use tokio_postgres::{Client, NoTls};
+
+/// Insufficient privilege: what every refusal below answers.
+const DENIED: &str = "42501";
+
+/// A session as a login granted `role` only.
+async fn session_as(db: &TestDb, role: &str) -> Client {
+    let url = login_with(db, role).await;
+    let (client, connection) = tokio_postgres::connect(&url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect as a {role} login: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// The SQLSTATE of `sql` (one or more statements) run on `client`, or "ok".
+async fn sqlstate(client: &Client, sql: &str) -> String {
+    match client.batch_execute(sql).await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e
+            .code()
+            .map_or_else(|| e.to_string(), |c| c.code().to_owned()),
+    }
+}
+
+/// Every row of every table a function login could want to change, counted.
+async fn rows_everywhere(db: &TestDb) -> i64 {
+    db.count(
+        "SELECT (SELECT count(*) FROM processed_events) + (SELECT count(*) FROM outbox) \
+         + (SELECT count(*) FROM customers) + (SELECT count(*) FROM subscriptions) \
+         + (SELECT count(*) FROM email_events) + (SELECT count(*) FROM email_suppressions) \
+         + (SELECT count(*) FROM github_installations) \
+         + (SELECT count(*) FROM github_installation_repositories)",
+    )
+    .await
+}
+
+const STRIPE_EFFECTS: [&str; 3] = [
+    "SELECT stripe_credit_v1('cus_x', NULL, 1000000)",
+    "SELECT stripe_provision_v2('cus_x', 'x@example.com', 'evt_x')",
+    "SELECT stripe_keep_subscription_v2('sub_x', 'cus_x', 'active', 1, 1::smallint)",
+];
+const RESEND_EFFECTS: [&str; 2] = [
+    "SELECT resend_record_v1('msg_x', 'em_x', 'email.bounced', '{x@example.com}', \
+     '2026-11-30T00:00:00Z', 'bounced')",
+    "SELECT resend_record_v2('msg_x', 'em_x', 'email.bounced', '{x@example.com}', \
+     '2026-11-30T00:00:00Z', 'bounced')",
+];
+const GITHUB_EFFECTS: [&str; 2] = [
+    "SELECT github_keep_installation_v1(1, 'octo', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
+     0::smallint, '{}', '{}', '{}')",
+    "SELECT claimonce_forward_v1('github', 'body_x', 'github.issues', '{}')",
+];
+
+#[tokio::test]
+async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_nothing() {
+    let db = TestDb::new().await;
+    for (role, provider, effects) in [
+        ("claimonce_stripe", "stripe", &STRIPE_EFFECTS[..]),
+        ("claimonce_resend", "resend", &RESEND_EFFECTS[..]),
+        ("claimonce_github", "github", &GITHUB_EFFECTS[..]),
+    ] {
+        let login = session_as(&db, role).await;
+        for effect in effects {
+            // Called on its own: the review's `stripe_credit_v1(...)` twice credited 2,000,000.
+            assert_eq!(sqlstate(&login, effect).await, DENIED, "{role}: {effect}");
+            // Under a claim won by an earlier transaction, with the transaction-local settings
+            // that name it forged: the ledger row is not this transaction's.
+            assert_eq!(
+                sqlstate(
+                    &login,
+                    &format!(
+                        "SELECT * FROM claimonce_claim_v1('{provider}', 'evt_earlier', 't', NULL)"
+                    )
+                )
+                .await,
+                "ok",
+                "{role}"
+            );
+            let forged = format!(
+                "BEGIN; SELECT set_config('claimonce.claim_provider', '{provider}', true), \
+                 set_config('claimonce.claim_event_id', 'evt_earlier', true); {effect}; COMMIT"
+            );
+            assert_eq!(sqlstate(&login, &forged).await, DENIED, "{role}: {forged}");
+            login
+                .batch_execute("ROLLBACK")
+                .await
+                .expect("end the failed one");
+        }
+    }
+    // Only the three claims of evt_earlier were written: no effect row, nothing credited.
+    assert_eq!(rows_everywhere(&db).await, 3);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_earlier'")
+            .await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_function_login_writes_no_table_directly() {
+    let db = TestDb::new().await;
+    for role in ["claimonce_stripe", "claimonce_resend", "claimonce_github"] {
+        let login = session_as(&db, role).await;
+        for sql in [
+            // A pre-claim: the real delivery would answer duplicate and never be applied.
+            "INSERT INTO processed_events (provider, event_id, event_type) \
+             VALUES ('stripe', 'evt_real', 't')",
+            "DELETE FROM processed_events",
+            "UPDATE customers SET credit_balance_cents = 42",
+            "INSERT INTO customers (stripe_customer_id) VALUES ('cus_x')",
+            "INSERT INTO subscriptions (stripe_subscription_id, status, event_created) \
+             VALUES ('sub_x', 'active', now())",
+            "INSERT INTO email_suppressions (email, reason, source_event_id) \
+             VALUES ('x@example.com', 'r', 'e')",
+            "DELETE FROM email_suppressions",
+            "INSERT INTO email_events (event_id, event_type) VALUES ('msg_x', 'email.sent')",
+            "INSERT INTO github_installations VALUES (1, 'o', 2, 'all', 'active', now(), 0)",
+            "UPDATE github_installation_repositories SET present = true",
+            "INSERT INTO outbox (topic, payload, provider, event_id) \
+             VALUES ('email.welcome', '{}', 'stripe', 'evt_x')",
+            "SELECT claimonce_take_claim_v1('stripe')",
+        ] {
+            assert_eq!(sqlstate(&login, sql).await, DENIED, "{role}: {sql}");
+        }
+    }
+    assert_eq!(rows_everywhere(&db).await, 0);
+}
+
+#[tokio::test]
+async fn a_temporary_shadow_of_the_ledger_is_refused_and_could_not_shadow_it_anyway() {
+    let db = TestDb::new().await;
+    // The TEMP privilege is the database's own, revoked by V9 on the database it migrates
+    // (a copy of a template does not carry it).
+    let deployed = db.migrated_beside("temp", "SELECT 1").await;
+    let login = session_as(&deployed, "claimonce_stripe").await;
+    assert_eq!(
+        sqlstate(
+            &login,
+            "CREATE TEMP TABLE processed_events (provider text, event_id text, event_type text, \
+             payload_sha256 bytea, UNIQUE (provider, event_id))"
+        )
+        .await,
+        DENIED
+    );
+    // A session that may create one (the owner) still cannot shadow the ledger for the claim:
+    // every function searches pg_temp last.
+    let owner = deployed.client().await;
+    owner
+        .batch_execute(
+            "SELECT * FROM claimonce_claim_v1('stripe', 'evt_claimed', 't', NULL); \
+             CREATE TEMP TABLE processed_events (provider text, event_id text, event_type text, \
+             payload_sha256 bytea, UNIQUE (provider, event_id)); \
+             SET search_path = pg_temp, public",
+        )
+        .await
+        .expect("a temporary table of the owner's");
+    let won: bool = owner
+        .query_one(
+            "SELECT won FROM public.claimonce_claim_v1('stripe', 'evt_claimed', 't', NULL)",
+            &[],
+        )
+        .await
+        .expect("claim again")
+        .get(0);
+    assert!(
+        !won,
+        "the claim read the real ledger, not the shadow: a duplicate"
+    );
+}
+
+#[tokio::test]
+async fn one_providers_login_can_neither_claim_nor_apply_for_another() {
+    let db = TestDb::new().await;
+    let github = session_as(&db, "claimonce_github").await;
+    for sql in [
+        "SELECT * FROM claimonce_claim_v1('stripe', 'evt_1', 'invoice.paid', NULL)",
+        "SELECT * FROM claimonce_claim_v1('resend', 'msg_1', 'email.sent', NULL)",
+        // Its own claim won, another provider's effect.
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_1', 'issues', NULL); \
+         SELECT stripe_credit_v1('cus_x', NULL, 1000000); COMMIT",
+        // Its own claim won, a forward tagged as another provider's event.
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_2', 'issues', NULL); \
+         SELECT claimonce_forward_v1('stripe', 'body_2', 'stripe.x', '{}'); COMMIT",
+        // Its own claim won, a forward under another of its own events' identity.
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_3', 'issues', NULL); \
+         SELECT claimonce_forward_v1('github', 'body_other', 'github.issues', '{}'); COMMIT",
+    ] {
+        assert_eq!(sqlstate(&github, sql).await, DENIED, "{sql}");
+        github.batch_execute("ROLLBACK").await.expect("end it");
+    }
+    let stripe_login = session_as(&db, "claimonce_stripe").await;
+    for sql in [
+        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', 'evt_2', 't', NULL); \
+         SELECT github_keep_installation_v1(1, 'o', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
+         0::smallint, '{}', '{}', '{}'); COMMIT",
+        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', 'evt_3', 't', NULL); \
+         SELECT resend_record_v2('m', 'e', 'email.sent', '{}', '2026-11-30T00:00:00Z', NULL); \
+         COMMIT",
+    ] {
+        assert_eq!(sqlstate(&stripe_login, sql).await, DENIED, "{sql}");
+        stripe_login
+            .batch_execute("ROLLBACK")
+            .await
+            .expect("end it");
+    }
+    assert_eq!(rows_everywhere(&db).await, 0);
+}
+
+#[tokio::test]
+async fn each_provider_delivers_as_its_own_login() {
+    let db = TestDb::new().await;
+    let stripe_url = login_with(&db, "claimonce_stripe").await;
+    let (receiver, _) = receiver_at(&stripe_url, stripe());
+    let body = invoice_paid("evt_own", "cus_own", 700);
+    let answers = [
+        outcome(&post_stripe(&receiver, &body).await),
+        outcome(&post_stripe(&receiver, &body).await),
+    ];
+    assert_eq!(
+        answers,
+        [(200, "processed".into()), (200, "duplicate".into())]
+    );
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers WHERE stripe_customer_id = 'cus_own'")
+            .await,
+        700
+    );
+
+    let resend_url = login_with(&db, "claimonce_resend").await;
+    let (receiver, _) = receiver_at(&resend_url, resend());
+    let body = resend_email("bounced", "em_own", &["own@example.com"]);
+    let headers = svix_headers("svix", RESEND_SECRET, "msg_own", now(), &body);
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let answer = post_to(&receiver, "/webhooks/resend", &headers, &body).await;
+    assert_eq!(outcome(&answer), (200, "processed".into()));
+    assert_eq!(
+        db.count("SELECT count(*) FROM email_suppressions WHERE email = 'own@example.com'")
+            .await,
+        1
+    );
+
+    // A Stripe login cannot deliver Resend's events: the claim refuses, nothing is written,
+    // and the answer is a 500 (a misconfigured deployment, not the sender's fault).
+    let (wrong, _) = receiver_at(&stripe_url, resend());
+    let headers = svix_headers("svix", RESEND_SECRET, "msg_wrong", now(), &body);
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let answer = post_to(&wrong, "/webhooks/resend", &headers, &body).await;
+    assert_eq!(answer.status().as_u16(), 500);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'msg_wrong'")
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "SELECT p.proname, p.prosecdef, coalesce(p.proconfig, '{}') \
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'public' ORDER BY p.proname",
+            &[],
+        )
+        .await
+        .expect("the schema's functions");
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        names,
+        [
+            "claimonce_claim_v1",
+            "claimonce_forward_v1",
+            "claimonce_take_claim_v1",
+            "github_keep_installation_v1",
+            "resend_record_v1",
+            "resend_record_v2",
+            "stripe_credit_v1",
+            "stripe_keep_subscription_v2",
+            "stripe_provision_v2",
+        ],
+        "a function added or dropped: say here what it must carry"
+    );
+    for row in &rows {
+        let name: String = row.get(0);
+        let definer: bool = row.get(1);
+        let config: Vec<String> = row.get(2);
+        assert!(
+            config.contains(&"search_path=pg_catalog, public, pg_temp".to_owned()),
+            "{name}: {config:?}"
+        );
+        if name == "claimonce_take_claim_v1" {
+            // Called only from inside the effects, under their owner's rights and bounds.
+            assert!(!definer, "{name}");
+            continue;
+        }
+        assert!(definer, "{name} runs with its owner's rights");
+        assert!(
+            config.contains(&"lock_timeout=2s".to_owned()),
+            "{name}: {config:?}"
+        );
+    }
+}
