@@ -35,7 +35,9 @@ pub fn version() -> Option<(u32, u32)> {
 
 impl PgBouncer {
     /// Starts PgBouncer in `dir`, pooling every database of the server on `upstream_port`
-    /// (user `postgres`, trust authentication) in transaction mode.
+    /// in transaction mode, for any user of that server (trust authentication; a user not in
+    /// the auth file is looked up in the server as `postgres`), so a function's own login
+    /// goes through it as it goes through RDS Proxy.
     pub fn start(dir: &Path, upstream_port: u16) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let port = free_loopback_port()?;
@@ -60,6 +62,7 @@ impl PgBouncer {
                  unix_socket_dir =\n\
                  auth_type = trust\n\
                  auth_file = {d}/userlist.txt\n\
+                 auth_user = postgres\n\
                  pool_mode = transaction\n\
                  max_client_conn = 2000\n\
                  default_pool_size = 40\n\

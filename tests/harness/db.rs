@@ -175,6 +175,22 @@ impl TestDb {
                 Err(e) => panic!("create test database: {e}"),
             }
         }
+        // Each registered provider's own login, as DEPLOY.md creates it: a user granted only
+        // claimonce_<provider>, which is what `receiver` connects as.
+        let registry = claimonce_local::functions::all().expect("the provider registry");
+        let logins: String = registry
+            .iter()
+            .map(|f| {
+                format!(
+                    "CREATE ROLE {name}_{p} LOGIN IN ROLE claimonce_{p};",
+                    p = f.provider
+                )
+            })
+            .collect();
+        client
+            .batch_execute(&logins)
+            .await
+            .unwrap_or_else(|e| panic!("create the providers' logins: {e}"));
         let url = with_database(&server.admin_url, &name);
         let function_url = match &server.pooled_admin_url {
             Some(pooled) => with_database(pooled, &name),
@@ -185,6 +201,12 @@ impl TestDb {
             function_url,
             name,
         }
+    }
+
+    /// The URL the code under test uses as `provider`'s own login (granted only
+    /// `claimonce_<provider>`): through PgBouncer in the pooled pass.
+    pub fn function_url_as(&self, provider: &str) -> String {
+        crate::roles::url_as(&self.function_url, &format!("{}_{provider}", self.name))
     }
 
     /// A database migrated from nothing (`template0`), beside this one, as a deployment's is:
@@ -226,9 +248,11 @@ impl TestDb {
     }
 
     /// A receiver for `provider` with its own connection, like one Lambda execution
-    /// environment, logging into memory.
+    /// environment, logging into memory. It logs in as the provider's own login, as in
+    /// production, so every delivery of the suite passes the database's claim gate.
     pub fn receiver<P: Provider>(&self, provider: P) -> (Receiver<P>, Captured) {
-        receiver_at(&self.function_url, provider)
+        let url = self.function_url_as(provider.name());
+        receiver_at(&url, provider)
     }
 
     /// The first column of the first row of `sql`, as i64.

@@ -15,8 +15,8 @@ pub fn url_as(url: &str, user: &str) -> String {
 }
 
 /// Creates a login user granted `role` (roles are per server, so the user is named after
-/// the test database), unless it exists, and returns a direct URL to the test database as that
-/// user.
+/// the test database), unless it exists, and returns a URL to the test database as that user,
+/// the way the code under test connects: through PgBouncer in the pooled pass.
 pub async fn login_with(db: &TestDb, role: &str) -> String {
     let user = format!("{}_{}", db.name, role.trim_start_matches("claimonce_"));
     db.client()
@@ -27,7 +27,7 @@ pub async fn login_with(db: &TestDb, role: &str) -> String {
         ))
         .await
         .unwrap_or_else(|e| panic!("create login {user}: {e}"));
-    url_as(&db.url, &user)
+    url_as(&db.function_url, &user)
 }
 
 #[cfg(test)]

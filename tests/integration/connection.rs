@@ -59,11 +59,12 @@ async fn a_connection_killed_between_invocations_is_replaced_without_a_500() {
     assert_eq!(deliver(&receiver, "evt_k1").await.status().as_u16(), 200);
     let admin = db.client().await;
     for round in 0..3 {
-        // As an RDS Proxy idle timeout or a failover would.
+        // As an RDS Proxy idle timeout or a failover would: the function login's backend (not
+        // the superuser's, such as PgBouncer's own look-up of that login).
         let killed = admin
             .query_one(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                 WHERE datname = current_database() AND usename <> session_user",
                 &[],
             )
             .await

@@ -352,7 +352,11 @@ async fn a_database_that_goes_down_answers_500_in_bounded_time_and_the_warm_proc
 /// A delivery held at the gate inside its effect (so it holds its claim's row lock), and a
 /// twin of it in another execution environment whose claim waits on that lock. Returns the
 /// twin's answer; `release_first` opens the gate while the twin waits.
-async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
+/// What the twin answered, its delivery's log lines, and how long it waited for its answer.
+async fn slow_twin(
+    lock_timeout: &str,
+    release_first: bool,
+) -> ((u16, String), Vec<String>, Duration) {
     let db = TestDb::new().await;
     let hold = Hold::install(&db, "customers").await;
     // The claim's lock wait is bounded inside the claim function, not on the wire.
@@ -367,9 +371,10 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
     let environment = || {
         let settings =
             Settings::from_url(&db.function_url, None, timeouts.clone()).expect("settings");
-        Arc::new(receiver_with(settings, stripe()).0)
+        let (receiver, lines) = receiver_with(settings, stripe());
+        (Arc::new(receiver), lines)
     };
-    let (first, twin) = (environment(), environment());
+    let ((first, _), (twin, twin_lines)) = (environment(), environment());
     twin.warm_up().await;
     let body = Arc::new(invoice_paid("evt_twin", "cus_twin", 42));
     let deliver = |r: Arc<Receiver<Stripe>>, body: Arc<Vec<u8>>| async move {
@@ -377,6 +382,7 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
     };
     let slow = tokio::spawn(deliver(Arc::clone(&first), Arc::clone(&body)));
     at_the_gate(&db, 1).await;
+    let twin_sent = std::time::Instant::now();
     let twin_pending = tokio::spawn(deliver(Arc::clone(&twin), Arc::clone(&body)));
     let twin_answer = if release_first {
         // Both wait: the first at the gate, the twin on the first's claim.
@@ -388,6 +394,11 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
         hold.open().await;
         answer
     };
+    let twin_waited = twin_sent.elapsed();
+    let twin_log = twin_lines
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     assert_eq!(slow.await.expect("task"), (200, "processed".into()));
     // Whatever the twin answered, a redelivery settles it and the effect happened once.
     let retry = deliver(twin, body).await;
@@ -397,19 +408,28 @@ async fn slow_twin(lock_timeout: &str, release_first: bool) -> (u16, String) {
         db.count("SELECT credit_balance_cents FROM customers").await,
         42
     );
-    twin_answer
+    (twin_answer, twin_log, twin_waited)
 }
 
 #[tokio::test]
 async fn a_twin_of_a_held_delivery_waits_at_most_the_claims_lock_timeout() {
     // The first delivery is held until the twin has answered: only lock_timeout ends the
-    // twin's wait, with a 500 the sender retries.
-    assert_eq!(slow_twin("200ms", false).await, (500, "about:blank".into()));
+    // twin's wait, with a 500 the sender retries. The client's deadline (30 s here) would
+    // answer 500 too, so the test reads why: the server's lock timeout, 55P03, after at least
+    // the 200 ms the claim function allows.
+    let (answer, log, waited) = slow_twin("200ms", false).await;
+    assert_eq!(answer, (500, "about:blank".into()));
+    assert!(
+        log.iter().any(|line| line.contains("sqlstate 55P03")),
+        "the twin's delivery ended on the claim's lock timeout: {log:?}"
+    );
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
 }
 
 #[tokio::test]
 async fn a_twin_waits_for_the_first_delivery_and_answers_duplicate() {
-    assert_eq!(slow_twin("60s", true).await, (200, "duplicate".into()));
+    let (answer, _, _) = slow_twin("60s", true).await;
+    assert_eq!(answer, (200, "duplicate".into()));
 }
 
 /// A tiny deterministic generator, so a failing storm can be replayed.
@@ -457,7 +477,9 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
                  RETURN NEW;
              END $$;
              CREATE CONSTRAINT TRIGGER storm_fail AFTER INSERT ON processed_events
-                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION storm_fail();",
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION storm_fail();
+             -- A deferred trigger fires at commit, as the session's own login.
+             GRANT SELECT ON storm_failures TO claimonce_stripe;",
         )
         .await
         .expect("failure trigger");
