@@ -69,17 +69,32 @@ const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
 /// migration that cannot get its lock in time, or runs too long, is stopped by the server
 /// (SQLSTATE 55P03 or 57014) and rolled back, instead of holding up the deployment, and the
 /// deliveries queued behind its lock, until something outside gives up.
+///
+/// A migration's lock wait must be shorter than a delivery's (the effect functions'
+/// `lock_timeout`, 2 s): every delivery that needs the same table queues behind the
+/// migration's pending lock, and would otherwise fail before the migration gives up. A
+/// migration refused a lock is tried again, after a pause that lets the queue drain, up to
+/// `lock_attempts` times in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
     /// `lock_timeout` for every statement of the run.
     pub lock: Duration,
     /// `statement_timeout` for every statement of the run.
     pub statement: Duration,
+    /// How many times a migration refused a lock (55P03) is tried, the first included.
+    pub lock_attempts: u32,
+}
+
+/// The pause before attempt `n + 1` of a migration refused a lock: 250 ms, doubling, at most
+/// 2 s.
+pub fn lock_backoff(n: u32) -> Duration {
+    Duration::from_millis(250u64.saturating_mul(1 << n.saturating_sub(1).min(3)))
 }
 
 /// [`apply`] with the server-side [`Bounds`] in force for the whole run. They are set on the
 /// session, which the run owns: a migration connection is made for one run and dropped after
-/// it, so pinning it (behind RDS Proxy) costs nothing.
+/// it, so pinning it (behind RDS Proxy) costs nothing. A migration refused its lock is rolled
+/// back by the server and tried again (see [`Bounds`]); what committed before it stays.
 pub async fn apply_within(
     client: &mut Client,
     migrations: &[Migration],
@@ -96,7 +111,22 @@ pub async fn apply_within(
             version: None,
             error,
         })?;
-    apply(client, migrations).await
+    let mut applied = Vec::new();
+    let mut attempt = 1;
+    loop {
+        match apply_into(client, migrations, &mut applied).await {
+            Err(MigrateError::Database { error, .. })
+                if attempt < bounds.lock_attempts
+                    && error.code()
+                        == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+            {
+                tokio::time::sleep(lock_backoff(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(applied),
+        }
+    }
 }
 
 /// Applies, in version order, every migration not yet recorded. Returns the versions applied
@@ -106,11 +136,21 @@ pub async fn apply(
     client: &mut Client,
     migrations: &[Migration],
 ) -> Result<Vec<i32>, MigrateError> {
+    let mut applied = Vec::new();
+    apply_into(client, migrations, &mut applied).await?;
+    Ok(applied)
+}
+
+/// [`apply`], adding each version it applies to `applied` as it commits.
+async fn apply_into(
+    client: &mut Client,
+    migrations: &[Migration],
+    applied: &mut Vec<i32>,
+) -> Result<(), MigrateError> {
     let db = |version| move |error| MigrateError::Database { version, error };
     client.batch_execute(BOOKKEEPING).await.map_err(db(None))?;
     let mut sorted = migrations.to_vec();
     sorted.sort_by_key(|m| m.version);
-    let mut applied = Vec::new();
     for migration in sorted {
         let tx = client.transaction().await.map_err(db(None))?;
         tx.batch_execute("LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE")
@@ -149,5 +189,18 @@ pub async fn apply(
         tx.commit().await.map_err(db(Some(migration.version)))?;
         applied.push(migration.version);
     }
-    Ok(applied)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_lock_is_retried_after_a_pause_that_doubles_up_to_two_seconds() {
+        let pauses: Vec<u64> = (1..=6)
+            .map(|n| u64::try_from(lock_backoff(n).as_millis()).unwrap_or(u64::MAX))
+            .collect();
+        assert_eq!(pauses, [250, 500, 1000, 2000, 2000, 2000]);
+    }
 }

@@ -535,6 +535,57 @@ async fn a_handler_user_that_does_not_exist_fails_the_deploy_by_name() {
 }
 
 #[tokio::test]
+async fn a_migration_waiting_on_a_lock_does_not_make_an_unrelated_delivery_fail() {
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    admin
+        .batch_execute("INSERT INTO customers (stripe_customer_id) VALUES ('cus_held')")
+        .await
+        .expect("a customer");
+    // A long transaction holds one customer's row; the next migration needs the whole table.
+    let holder = db.client().await;
+    holder
+        .batch_execute(
+            "BEGIN; SELECT 1 FROM customers WHERE stripe_customer_id = 'cus_held' FOR UPDATE",
+        )
+        .await
+        .expect("hold a row");
+    let more = with_extra(Migration {
+        version: 99,
+        name: "needs_the_customers",
+        sql: "ALTER TABLE customers ADD COLUMN note text",
+    });
+    // The shipped bounds: a lock wait shorter than a delivery's, tried again when refused.
+    let migrate = migrator_with(&db.url, more, claimonce_migrate::Options::default());
+    let migration = tokio::spawn(async move { migrate.apply().await });
+    // Until the migration waits for its lock, every delivery that needs the table queues
+    // behind it.
+    let waiting = "SELECT count(*) FROM pg_locks WHERE relation = 'customers'::regclass \
+                   AND mode = 'AccessExclusiveLock' AND NOT granted";
+    while db.count(waiting).await == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A delivery for another customer: before, it waited behind the migration's 5 s lock wait
+    // and failed at its own 2 s (55P03, 500).
+    let (receiver, _) = db.receiver(claimonce_tests::sign::stripe());
+    let body = claimonce_tests::sign::invoice_paid("evt_during", "cus_other", 300);
+    let answer = claimonce_tests::apigw::post_stripe(&receiver, &body).await;
+    assert_eq!(
+        claimonce_tests::apigw::outcome(&answer),
+        (200, "processed".into())
+    );
+    holder.batch_execute("COMMIT").await.expect("release");
+    // The migration, refused its lock while the row was held, is applied on a later attempt.
+    let outcome = migration.await.expect("task").expect("applied");
+    assert_eq!(outcome.applied, vec![99]);
+    assert_eq!(
+        db.count("SELECT count(*) FROM customers WHERE note IS NULL")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
 async fn a_migration_that_waits_on_a_lock_is_stopped_and_answered_failed() {
     let db = TestDb::new().await;
     let url = empty_database(&db).await;

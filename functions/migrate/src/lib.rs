@@ -125,7 +125,8 @@ impl HandlerUser {
 /// whose defaults it sets afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
-    /// `MIGRATE_LOCK_TIMEOUT_MS` (5000) and `MIGRATE_STATEMENT_TIMEOUT_MS` (240000).
+    /// `MIGRATE_LOCK_TIMEOUT_MS` (500), `MIGRATE_STATEMENT_TIMEOUT_MS` (240000) and
+    /// `MIGRATE_LOCK_ATTEMPTS` (5).
     pub bounds: Bounds,
     /// `DB_HANDLER_USERS`: comma-separated login roles of the webhook functions, each
     /// `user` or `user:role` (none by default).
@@ -138,14 +139,16 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            // A delivery holds its locks for at most DB_DELIVERY_TIMEOUT_MS (5 s), so a lock
-            // not granted in 5 s is held by something else (a sweep batch, a stuck session);
-            // waiting longer would only stall the deliveries queued behind the migration.
+            // Shorter than a delivery's own lock wait (the effect functions' 2 s): deliveries
+            // that need the same table queue behind the migration's pending lock, so a
+            // migration that waited longer would fail them. Refused, it is tried again after a
+            // pause (five attempts in all, about 6 s at most), when the queue has drained.
             bounds: Bounds {
-                lock: Duration::from_secs(5),
+                lock: Duration::from_millis(500),
                 // Below the 300 s function timeout less ANSWER_MARGIN (260 s), so that one
                 // long statement is stopped by the server with a precise reason (57014).
                 statement: Duration::from_secs(240),
+                lock_attempts: 5,
             },
             handler_users: Vec::new(),
             handler_timeout: Duration::from_secs(3),
@@ -175,6 +178,17 @@ impl Options {
             bounds: Bounds {
                 lock: ms("MIGRATE_LOCK_TIMEOUT_MS", defaults.bounds.lock)?,
                 statement: ms("MIGRATE_STATEMENT_TIMEOUT_MS", defaults.bounds.statement)?,
+                lock_attempts: match config::number(
+                    "MIGRATE_LOCK_ATTEMPTS",
+                    u64::from(defaults.bounds.lock_attempts),
+                )? {
+                    n @ 1..=20 => u32::try_from(n).unwrap_or(1),
+                    _ => {
+                        return Err(ConfigError::new(
+                            "MIGRATE_LOCK_ATTEMPTS must be between 1 and 20".to_owned(),
+                        ));
+                    }
+                },
             },
             handler_users,
             handler_timeout: ms("DB_HANDLER_STATEMENT_TIMEOUT_MS", defaults.handler_timeout)?,
@@ -280,9 +294,10 @@ impl Migrator {
         };
         match code {
             Some("55P03") => format!(
-                "{text}: a lock was not granted within MIGRATE_LOCK_TIMEOUT_MS ({} ms); another \
-                 migration run or a long transaction holds it (pg_locks shows which)",
-                bounds.lock.as_millis()
+                "{text}: a lock was not granted within MIGRATE_LOCK_TIMEOUT_MS ({} ms), {} times; \
+                 another migration run or a long transaction holds it (pg_locks shows which)",
+                bounds.lock.as_millis(),
+                bounds.lock_attempts
             ),
             Some("57014") => format!(
                 "{text}: a statement ran longer than MIGRATE_STATEMENT_TIMEOUT_MS ({} ms) and was \
