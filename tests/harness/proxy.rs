@@ -11,6 +11,10 @@
 //! - It drops a connection at a pinned point, once, when told to: before the next flight
 //!   reaches the server, or after the server has answered it completely (committed) but
 //!   before the answer reaches the client.
+//! - Started with [`WireProxy::like_rds_proxy`], it behaves as RDS Proxy for PostgreSQL does
+//!   with cancellation: it sends clients no `BackendKeyData` and drops every `CancelRequest`
+//!   (AWS documents that RDS Proxy supports no query cancellation). Plain connections only
+//!   (`sslmode=disable`), as the suite's servers use.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +59,36 @@ struct Shared {
     statements: Mutex<Vec<String>>,
     /// Faults that fired.
     fired: AtomicU64,
+    /// Behave as RDS Proxy does: no `BackendKeyData` to clients, cancels dropped.
+    like_rds_proxy: bool,
+    /// `BackendKeyData` messages withheld from clients.
+    keys_withheld: AtomicU64,
+    /// `CancelRequest`s dropped.
+    cancels_dropped: AtomicU64,
+}
+
+/// The code of a `CancelRequest` packet (PostgreSQL protocol, "Message Formats").
+const CANCEL_REQUEST_CODE: u32 = 80_877_102;
+
+/// True when a connection's first packet, as far as it has arrived, is a `CancelRequest`
+/// (length 16, then its code). Waits for its first 8 bytes, at most a second.
+async fn is_cancel_request(client: &TcpStream) -> bool {
+    let mut head = [0u8; 8];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match client.peek(&mut head).await {
+            Ok(8) => {
+                let length = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+                let code = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+                return length == 16 && code == CANCEL_REQUEST_CODE;
+            }
+            Ok(0) | Err(_) => return false,
+            Ok(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            Ok(_) => return false,
+        }
+    }
 }
 
 /// The running proxy.
@@ -235,6 +269,12 @@ async fn server_to_client(
         buf: Vec::new(),
         startup: false,
     };
+    // Until the first ReadyForQuery, the server's messages are framed so that its
+    // BackendKeyData can be left out (RDS Proxy mode only).
+    let mut greeting = shared.like_rds_proxy.then(|| Framer {
+        buf: Vec::new(),
+        startup: false,
+    });
     loop {
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
@@ -244,6 +284,33 @@ async fn server_to_client(
             () = close.notified() => break,
         };
         last.store(SERVER, Ordering::SeqCst);
+        if let Some(framer) = greeting.as_mut() {
+            let mut out = Vec::with_capacity(n);
+            let mut ready = false;
+            for (tag, body) in framer.feed(&buf[..n]) {
+                if tag == b'K' {
+                    shared.keys_withheld.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                ready |= tag == b'Z';
+                out.push(tag);
+                out.extend_from_slice(
+                    &u32::try_from(body.len() + 4)
+                        .unwrap_or(u32::MAX)
+                        .to_be_bytes(),
+                );
+                out.extend_from_slice(&body);
+            }
+            if ready {
+                // Whatever followed in the same read is forwarded as it came.
+                out.extend_from_slice(&framer.buf);
+                greeting = None;
+            }
+            if to.write_all(&out).await.is_err() {
+                break;
+            }
+            continue;
+        }
         if shared.fault.load(Ordering::SeqCst) == ANSWER_HELD {
             // Withhold the answer until it is complete, then close without forwarding it.
             if held.feed(&buf[..n]).iter().any(|(tag, _)| *tag == b'Z') {
@@ -264,13 +331,36 @@ async fn server_to_client(
 impl WireProxy {
     /// Starts a proxy to `127.0.0.1:upstream`.
     pub async fn start(upstream: u16) -> Self {
+        Self::start_with(upstream, Shared::default()).await
+    }
+
+    /// Starts a proxy to `127.0.0.1:upstream` that handles cancellation as RDS Proxy for
+    /// PostgreSQL does: no `BackendKeyData` reaches a client, and a `CancelRequest` is closed
+    /// unanswered and never forwarded.
+    pub async fn like_rds_proxy(upstream: u16) -> Self {
+        Self::start_with(
+            upstream,
+            Shared {
+                like_rds_proxy: true,
+                ..Shared::default()
+            },
+        )
+        .await
+    }
+
+    async fn start_with(upstream: u16, shared: Shared) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(shared);
         let accepted = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 accepted.connections.fetch_add(1, Ordering::SeqCst);
+                if accepted.like_rds_proxy && is_cancel_request(&client).await {
+                    accepted.cancels_dropped.fetch_add(1, Ordering::SeqCst);
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                     continue;
                 };
@@ -357,6 +447,14 @@ impl WireProxy {
     /// How many injected faults have fired.
     pub fn fired(&self) -> u64 {
         self.shared.fired.load(Ordering::SeqCst)
+    }
+
+    /// In RDS Proxy mode: (`BackendKeyData` messages withheld, `CancelRequest`s dropped).
+    pub fn cancellation(&self) -> (u64, u64) {
+        (
+            self.shared.keys_withheld.load(Ordering::SeqCst),
+            self.shared.cancels_dropped.load(Ordering::SeqCst),
+        )
     }
 }
 

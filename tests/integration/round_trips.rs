@@ -284,6 +284,74 @@ async fn the_client_deadline_cancels_the_statement_on_the_server() {
     assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
 }
 
+/// RDS Proxy for PostgreSQL supports no query cancellation: behind it the client's deadline
+/// can only answer, and the statement runs on until the login's `statement_timeout`.
+#[tokio::test]
+async fn behind_rds_proxy_the_deadline_answers_and_the_logins_statement_timeout_ends_the_statement()
+{
+    let db = TestDb::new().await;
+    let login = format!("{}_stripe", db.name);
+    // Nothing but the login's statement_timeout would end this wait for a minute.
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "ALTER FUNCTION stripe_credit_v1(text, text, bigint) SET lock_timeout = '60s'; \
+             ALTER ROLE {login} SET statement_timeout = '5s'"
+        ))
+        .await
+        .expect("bounds");
+    let url = db.function_url_as("stripe");
+    let upstream = tokio_postgres::Config::from_str(&url)
+        .expect("url")
+        .get_ports()
+        .first()
+        .copied()
+        .expect("port");
+    let proxy = WireProxy::like_rds_proxy(upstream).await;
+    let through = url.replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
+    let timeouts = Timeouts::new(Duration::from_secs(2), Duration::from_millis(500));
+    let settings = Settings::from_url(&through, None, timeouts).expect("settings");
+    let (receiver, lines) = receiver_with(settings, stripe());
+    receiver.warm_up().await;
+    let holder = hold_customer(&db, "cus_stuck").await;
+    let body = invoice_paid("evt_stuck", "cus_stuck", 10);
+    let sent = std::time::Instant::now();
+    assert_eq!(deliver(&receiver, &body).await.0, 500);
+    assert_eq!(last_error(&lines), "delivery timed out");
+    let (keys_withheld, cancels_dropped) = proxy.cancellation();
+    assert!(keys_withheld >= 1, "the client got no BackendKeyData");
+    assert_eq!(
+        cancels_dropped, 1,
+        "the deadline's cancel was sent and went nowhere"
+    );
+    // Answered, and the statement still waits on the server: nothing cancelled it.
+    assert_eq!(waiting(&db).await, 1, "the statement outlives its delivery");
+    let mut still_waiting = 1;
+    for _ in 0..150 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        still_waiting = waiting(&db).await;
+        if still_waiting == 0 {
+            break;
+        }
+    }
+    assert_eq!(still_waiting, 0, "the login's statement_timeout ended it");
+    assert!(
+        sent.elapsed() >= Duration::from_secs(5),
+        "not before the login's 5 s"
+    );
+    holder.batch_execute("ROLLBACK").await.expect("release");
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    // The next delivery is served, and the effect happens once.
+    assert_eq!(deliver(&receiver, &body).await, (200, "processed".into()));
+    assert_eq!(
+        db.count(
+            "SELECT credit_balance_cents FROM customers WHERE stripe_customer_id = 'cus_stuck'"
+        )
+        .await,
+        10
+    );
+}
+
 /// One delivery in the naive shape.
 async fn naive(client: &mut tokio_postgres::Client, id: &str) {
     let tx = client.transaction().await.expect("begin");
