@@ -216,6 +216,27 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     let applied = claimonce::migrate::apply(&mut client, migrations::ALL)
         .await
         .map_err(|e| e.to_string())?;
+    // On the private server each function logs in as its provider's own login, as in a
+    // deployment (DEPLOY.md): granted only claimonce_<provider>, with the statement bound the
+    // migrate function gives. With DATABASE_URL, the functions use that URL as it is.
+    let registry = functions::all()?;
+    let mut urls = HashMap::new();
+    if let Some(server) = &server {
+        for function in registry {
+            let login = format!("claimonce_local_{}", function.provider);
+            client
+                .batch_execute(&format!(
+                    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{login}') \
+                     THEN CREATE ROLE {login} LOGIN IN ROLE claimonce_{p}; END IF; END $$; \
+                     ALTER ROLE {login} SET statement_timeout = '3s'; \
+                     ALTER ROLE {login} SET idle_in_transaction_session_timeout = '3s'",
+                    p = function.provider
+                ))
+                .await
+                .map_err(|e| format!("the {} function's login: {e}", function.provider))?;
+            urls.insert(function.provider, server.url_as(&login, "claimonce"));
+        }
+    }
     drop(client);
     eprintln!("claimonce-local: building the function binaries...");
     let bin_dir = tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Providers))
@@ -225,8 +246,8 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
 
     let mut children = Vec::new();
     let mut routes = HashMap::new();
-    let registry = functions::all()?;
     for function in registry {
+        let url = urls.get(function.provider).unwrap_or(&url);
         let api = Arc::new(
             RuntimeApi::start(function.binary)
                 .await
@@ -242,7 +263,7 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
         for _ in 0..instances.max(1) {
             let mut command = api.command(
                 &bin_dir.join(function.binary),
-                &[("DATABASE_URL", &url), (function.secret_var, &secret)],
+                &[("DATABASE_URL", url), (function.secret_var, &secret)],
             );
             if !raw {
                 command.stdout(std::process::Stdio::piped());

@@ -188,8 +188,13 @@ impl Postgres {
 
     /// A `postgres://` URL for database `db` as user `postgres`, plain TCP on loopback.
     pub fn url(&self, db: &str) -> String {
+        self.url_as("postgres", db)
+    }
+
+    /// A URL to database `db` as `user` (trust authentication: no password).
+    pub fn url_as(&self, user: &str, db: &str) -> String {
         format!(
-            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+            "postgres://{user}@127.0.0.1:{}/{db}?sslmode=disable",
             self.port
         )
     }

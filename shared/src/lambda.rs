@@ -334,6 +334,16 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     let ended = lambda_runtime::run(service_fn(
         move |event: LambdaEvent<Box<RawValue>>| async move {
             crate::log::begin(&event.context);
+            if counter.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                // The first invocation's time left is the function's timeout, which Lambda
+                // puts in no variable.
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                receiver.check_statement_bound(std::time::Duration::from_millis(
+                    event.context.deadline.saturating_sub(now_ms),
+                ));
+            }
             let payload = receiver.handle_event(event.payload.get()).await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)

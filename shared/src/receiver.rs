@@ -55,6 +55,8 @@ pub struct Receiver<P> {
     database: Database,
     limits: Limits,
     log: Log,
+    /// The login's statement bound, as read at cold start.
+    statement_bound: std::sync::OnceLock<crate::db::StatementBound>,
 }
 
 struct Delivery {
@@ -110,6 +112,7 @@ impl<P: Provider> Receiver<P> {
             database,
             limits,
             log,
+            statement_bound: std::sync::OnceLock::new(),
         }
     }
 
@@ -128,7 +131,10 @@ impl<P: Provider> Receiver<P> {
             value: 1.0,
         };
         match connected {
-            Ok(()) => {
+            Ok(bound) => {
+                if let Some(bound) = bound {
+                    let _ = self.statement_bound.set(bound);
+                }
                 let connect = metrics::Metric {
                     name: "DatabaseConnectMs",
                     unit: "Milliseconds",
@@ -148,6 +154,53 @@ impl<P: Provider> Receiver<P> {
                     .write(Level::Warn, "database not reachable at cold start", fields);
             }
         }
+    }
+
+    /// Checks the login's statement bound read at cold start against the function's timeout
+    /// (what the first invocation had left when it began). A `statement_timeout` of zero, or
+    /// one longer than the function may run, leaves a statement the client gave up on running
+    /// on the server behind RDS Proxy, which cancels nothing: an ERROR line naming the login,
+    /// with the `UnboundedStatements` metric. Returns true when it logged that.
+    pub fn check_statement_bound(&self, function_timeout: std::time::Duration) -> bool {
+        let Some(bound) = self.statement_bound.get() else {
+            return false;
+        };
+        let unbounded =
+            bound.statement_timeout.is_zero() || bound.statement_timeout > function_timeout;
+        if unbounded {
+            let mut fields = Map::new();
+            fields.insert("provider".into(), self.provider.name().into());
+            fields.insert("login".into(), bound.login.as_str().into());
+            fields.insert(
+                "statement_timeout_ms".into(),
+                u64::try_from(bound.statement_timeout.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .into(),
+            );
+            fields.insert(
+                "function_timeout_ms".into(),
+                u64::try_from(function_timeout.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .into(),
+            );
+            let metric = metrics::Metric {
+                name: "UnboundedStatements",
+                unit: "Count",
+                value: 1.0,
+            };
+            metrics::embed(
+                &mut fields,
+                &[("Provider", self.provider.name())],
+                &[metric],
+            );
+            self.log.write(
+                Level::Error,
+                "the login's statement_timeout does not end a statement within the function's \
+                 timeout; set it as the login's default (the migrate function's DB_HANDLER_USERS)",
+                fields,
+            );
+        }
+        unbounded
     }
 
     /// Logs the reconnects the last delivery made, with the `Reconnects` metric: a proxy that

@@ -176,13 +176,15 @@ impl TestDb {
             }
         }
         // Each registered provider's own login, as DEPLOY.md creates it: a user granted only
-        // claimonce_<provider>, which is what `receiver` connects as.
+        // claimonce_<provider>, with the statement bound the migrate function gives it (3 s).
+        // It is what `receiver` and `function_url_as` connect as.
         let registry = claimonce_local::functions::all().expect("the provider registry");
         let logins: String = registry
             .iter()
             .map(|f| {
                 format!(
-                    "CREATE ROLE {name}_{p} LOGIN IN ROLE claimonce_{p};",
+                    "CREATE ROLE {name}_{p} LOGIN IN ROLE claimonce_{p}; \
+                     ALTER ROLE {name}_{p} SET statement_timeout = '3s';",
                     p = f.provider
                 )
             })

@@ -40,7 +40,7 @@ fn samples(provider: &str) -> Vec<String> {
 /// `duplicate`, the tampered one 400 problem+json.
 async fn check_samples(provider: &str) -> TestDb {
     let db = TestDb::new().await;
-    let deployed = Deployed::start(function(provider), &db.function_url, 2).await;
+    let deployed = Deployed::start(function(provider), &db.function_url_as(provider), 2).await;
     for sample in &samples(provider) {
         let mut event = sample_event(sample);
         resign(&mut event, now()).expect("sign");
@@ -153,7 +153,7 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
     let mut routes = HashMap::new();
     let mut deployed = Vec::new();
     for f in functions::all().expect("the provider registry") {
-        let d = Deployed::start(f, &db.function_url, 1).await;
+        let d = Deployed::start(f, &db.function_url_as(f.provider), 1).await;
         // The front needs the endpoint behind an Arc; a second endpoint for the same
         // instances is not possible, so the front gets its own and the instances poll it.
         let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));

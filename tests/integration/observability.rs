@@ -20,10 +20,8 @@ use serde_json::Value;
 async fn lines_of(db: &TestDb, extra: &[(&str, &str)], events: &[Value]) -> Vec<Value> {
     let f = function("stripe");
     let api = RuntimeApi::start(f.binary).await.expect("api");
-    let mut env = vec![
-        ("DATABASE_URL", db.function_url.as_str()),
-        (f.secret_var, f.dev_secret),
-    ];
+    let url = db.function_url_as("stripe");
+    let mut env = vec![("DATABASE_URL", url.as_str()), (f.secret_var, f.dev_secret)];
     env.extend_from_slice(extra);
     let child = api
         .command(&binaries().await.join(f.binary), &env)
@@ -146,4 +144,53 @@ async fn the_log_level_lambda_sets_filters_the_lines_and_debug_says_why_a_reques
         ["INFO cold start", "INFO delivery"]
     );
     assert_eq!(levels(&at("WARN").await), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_login_whose_statement_timeout_bounds_nothing_is_named_at_cold_start() {
+    let db = TestDb::new().await;
+    let login = format!("{}_stripe", db.name);
+    let event = signed("stripe/invoice.paid.json");
+    let unbounded = |lines: &[Value]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter(|l| l["level"] == "ERROR" && l["login"] == login.as_str())
+            .cloned()
+            .collect()
+    };
+    // As a login nobody gave a statement_timeout: behind RDS Proxy, which cancels nothing, a
+    // statement the delivery gave up on would run on without end.
+    db.client()
+        .await
+        .batch_execute(&format!("ALTER ROLE {login} RESET statement_timeout"))
+        .await
+        .expect("no bound");
+    let lines = lines_of(&db, &[], std::slice::from_ref(&event)).await;
+    let named = unbounded(&lines);
+    assert_eq!(named.len(), 1, "{lines:?}");
+    assert_eq!(named[0]["statement_timeout_ms"], 0);
+    assert_eq!(named[0]["UnboundedStatements"], 1.0);
+    assert!(
+        named[0]["function_timeout_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0)
+    );
+    // The delivery itself is served all the same.
+    assert!(
+        lines.iter().any(|l| l["disposition"] == "processed"),
+        "{lines:?}"
+    );
+
+    // Once the migrate function (or an operator) set it, nothing is said.
+    db.client()
+        .await
+        .batch_execute(&format!("ALTER ROLE {login} SET statement_timeout = '3s'"))
+        .await
+        .expect("set the login's bound");
+    let lines = lines_of(&db, &[], &[event]).await;
+    assert!(unbounded(&lines).is_empty(), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l["message"] == "cold start"),
+        "{lines:?}"
+    );
 }

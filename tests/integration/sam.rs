@@ -90,10 +90,11 @@ async fn a_runtime_api_that_goes_away_after_an_invocation_ends_the_function_quie
     });
 
     let api = RuntimeApi::start(stripe.binary).await.expect("runtime api");
+    let url = db.function_url_as("stripe");
     let mut command = api.command(
         &binaries().await.join(stripe.binary),
         &[
-            ("DATABASE_URL", db.function_url.as_str()),
+            ("DATABASE_URL", url.as_str()),
             (stripe.secret_var, stripe.dev_secret),
             ("AWS_LAMBDA_RUNTIME_API", address.as_str()),
         ],
@@ -115,7 +116,7 @@ async fn a_runtime_api_that_goes_away_after_an_invocation_ends_the_function_quie
         output.status
     );
     assert!(
-        !stderr.contains("Error") && !stdout.contains("\"level\":\"error\""),
+        !stderr.contains("Error") && !stdout.contains("\"level\":\"ERROR\""),
         "an error line: {stdout}\n{stderr}"
     );
     assert!(stdout.contains("\"disposition\":\"processed\""), "{stdout}");

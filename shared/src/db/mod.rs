@@ -195,6 +195,22 @@ impl Drop for Connection {
     }
 }
 
+/// How the server bounds one statement of this login: read once, at cold start. Behind RDS
+/// Proxy, which supports no query cancellation, the login's `statement_timeout` is the only
+/// bound on a statement the client's deadline gave up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementBound {
+    /// The session's login (`session_user`): a role name, not a secret.
+    pub login: String,
+    /// Its `statement_timeout`; zero is none.
+    pub statement_timeout: std::time::Duration,
+}
+
+/// The one statement of [`StatementBound`]: `pg_settings` gives the setting in milliseconds
+/// whatever unit it was set in.
+const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM pg_settings \
+                               WHERE name = 'statement_timeout'";
+
 /// One execution environment's connection: made at cold start, reused by every invocation,
 /// replaced when it is found closed.
 #[derive(Debug)]
@@ -223,14 +239,33 @@ impl Database {
             .swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Connects now (at cold start), so the first delivery does not pay for it. A failure is
-    /// returned for logging; the next delivery tries again.
-    pub async fn warm_up(&self) -> Result<(), ConnectError> {
+    /// Connects now (at cold start), so the first delivery does not pay for it, and reads the
+    /// login's [`StatementBound`] on the new connection (one statement; `None` when it could
+    /// not be read). A connect failure is returned for logging; the next delivery tries again.
+    pub async fn warm_up(&self) -> Result<Option<StatementBound>, ConnectError> {
         let mut slot = self.connection.lock().await;
-        if slot.as_ref().is_none_or(|c| c.is_closed()) {
-            *slot = Some(self.settings.connect().await?);
+        if slot.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(None);
         }
-        Ok(())
+        let connection = slot.insert(self.settings.connect().await?);
+        let read = tokio::time::timeout(
+            self.settings.timeouts().delivery,
+            connection.query_typed(STATEMENT_BOUND, &[]),
+        )
+        .await;
+        let bound = match read {
+            Ok(Ok(rows)) => rows.first().and_then(|row| {
+                let ms: i64 = row.try_get(0).ok()?;
+                Some(StatementBound {
+                    login: row.try_get(1).ok()?,
+                    statement_timeout: std::time::Duration::from_millis(
+                        u64::try_from(ms).unwrap_or(0),
+                    ),
+                })
+            }),
+            _ => None,
+        };
+        Ok(bound)
     }
 
     /// Runs one delivery's statement: the claim, and `effect` if the claim is won.
