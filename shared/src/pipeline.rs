@@ -91,9 +91,10 @@ impl Effect {
     }
 }
 
-/// A signed body the outbox can store as `jsonb`: UTF-8 JSON with no NUL in any string
-/// (PostgreSQL's `jsonb` refuses `\u0000`, and a signed event it refused would be answered 500
-/// and retried forever).
+/// A signed body the outbox can store as `jsonb`: UTF-8 JSON with no NUL in any string and no
+/// number outside `numeric`'s range (PostgreSQL's `jsonb` refuses `\u0000`, and `1e-200000`
+/// or `1e200000` with 22003; a signed event it refused would be answered 500 and retried
+/// forever).
 #[derive(Debug, Clone)]
 pub struct Forwardable(String);
 
@@ -118,8 +119,94 @@ impl Forwardable {
                 "the body carries a NUL character, which cannot be stored",
             ));
         }
+        if !numbers_fit_numeric(text) {
+            return Err(invalid(
+                "the body carries a number outside the range PostgreSQL can store",
+            ));
+        }
         Ok(Self(text.to_owned()))
     }
+}
+
+/// `numeric`'s limits (PostgreSQL, "Arbitrary Precision Numbers"): up to 131072 digits before
+/// the decimal point and 16383 after it.
+const NUMERIC_INTEGER_DIGITS: i64 = 131_072;
+const NUMERIC_FRACTION_DIGITS: i64 = 16_383;
+
+/// True when every number in `json` (already known to be valid JSON) fits `numeric`, which is
+/// how `jsonb` stores numbers. serde_json has read them as `f64`, which loses exactly what
+/// matters here, so the number literals are read from the text: outside strings, a number is
+/// `-? int frac? exp?`.
+fn numbers_fit_numeric(json: &str) -> bool {
+    let b = json.as_bytes();
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'"' => {
+                // Skip the string, escapes included.
+                i += 1;
+                while let Some(&c) = b.get(i) {
+                    i += if c == b'\\' { 2 } else { 1 };
+                    if c == b'"' {
+                        break;
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while b
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
+                {
+                    i += 1;
+                }
+                if !number_fits_numeric(json.get(start..i).unwrap_or("")) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+/// One JSON number literal against `numeric`'s limits, with its leading and trailing zeros
+/// (which PostgreSQL drops) left out of the count.
+fn number_fits_numeric(literal: &str) -> bool {
+    let literal = literal.trim_start_matches('-');
+    let (mantissa, exponent) = match literal.find(['e', 'E']) {
+        Some(at) => (
+            literal.get(..at).unwrap_or(""),
+            literal.get(at + 1..).unwrap_or("0"),
+        ),
+        None => (literal, "0"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: String = format!("{int}{frac}");
+    let Some(first) = digits.find(|c: char| c != '0') else {
+        return true; // zero, however written
+    };
+    let last = digits.rfind(|c: char| c != '0').unwrap_or(first);
+    // An exponent too long for i64 is far outside the range either way.
+    let Ok(exponent) = exponent.trim_start_matches('+').parse::<i64>() else {
+        return false;
+    };
+    let int_len = i64::try_from(int.len()).unwrap_or(i64::MAX);
+    let (first, last) = (
+        i64::try_from(first).unwrap_or(i64::MAX),
+        i64::try_from(last).unwrap_or(i64::MAX),
+    );
+    // Positions relative to the decimal point: the most significant digit's power of ten is
+    // int_len - 1 - first + exponent; the least significant's is int_len - 1 - last + exponent.
+    let highest = int_len
+        .saturating_sub(1)
+        .saturating_sub(first)
+        .saturating_add(exponent);
+    let lowest = int_len
+        .saturating_sub(1)
+        .saturating_sub(last)
+        .saturating_add(exponent);
+    highest < NUMERIC_INTEGER_DIGITS && lowest >= -NUMERIC_FRACTION_DIGITS
 }
 
 /// The ledger row this delivery tries to insert.
@@ -250,12 +337,28 @@ mod tests {
     #[test]
     fn only_json_the_outbox_can_store_is_forwardable() {
         assert!(Forwardable::new(br#"{"a":[1,"\u00e9",{"b":null}]}"#).is_ok());
+        // Within numeric's range, however written; and number-like text inside strings.
+        for ok in [
+            &br#"{"n":[0, -0.0, 0e-999999, 1e-16383, 1e300, 12.5e3, -7]}"#[..],
+            br#"{"s":"1e-200000 \"1e999999\""}"#,
+        ] {
+            assert!(
+                Forwardable::new(ok).is_ok(),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+        }
         for bad in [
             &b"not json"[..],
             b"{\"a\":\"\xff\"}",
             br#"{"a":"x\u0000y"}"#,
             br#"{"a":[{"b":"\u0000"}]}"#,
             br#"{"\u0000":1}"#,
+            // Outside numeric's range: jsonb refuses them (22003).
+            br#"{"n":1e-200000}"#,
+            br#"{"n":[1, -1e200000]}"#,
+            br#"{"n":0.1e-16383}"#,
+            br#"{"n":1e131072}"#,
         ] {
             assert_eq!(
                 Forwardable::new(bad).expect_err("refused").problem,

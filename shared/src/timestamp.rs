@@ -1,11 +1,19 @@
 //! Timestamps as PostgreSQL will read them: a signed event carrying one it refuses would fail
 //! every retry with a 500, so providers check them before the database sees them.
 
+/// The longest timestamp accepted, in bytes: room for 38 fraction digits and an offset.
+/// PostgreSQL refuses a date-time field longer than 128 bytes (`MAXDATELEN`: "invalid input
+/// syntax", 22007), which a fraction of 130 digits is.
+pub const MAX_RFC3339_LEN: usize = 64;
+
 /// True for `YYYY-MM-DDTHH:MM:SS…` with a real calendar date and time and a zone offset of at
-/// most 15:59 (PostgreSQL refuses a larger one: "time zone displacement out of range"), so
-/// PostgreSQL's cast to `timestamptz` cannot fail on it (a failing cast would fail every
-/// retry).
+/// most 15:59 (PostgreSQL refuses a larger one: "time zone displacement out of range"), at
+/// most [`MAX_RFC3339_LEN`] bytes, so PostgreSQL's cast to `timestamptz` cannot fail on it (a
+/// failing cast would fail every retry).
 pub fn is_rfc3339(s: &str) -> bool {
+    if s.len() > MAX_RFC3339_LEN {
+        return false;
+    }
     let b = s.as_bytes();
     let num = |from: usize, to: usize| -> Option<u32> {
         s.get(from..to)
@@ -125,6 +133,21 @@ mod tests {
         ] {
             assert!(!is_rfc3339(bad), "{bad}");
         }
+        // The fraction PostgreSQL reads is bounded by the length of the whole field: 130
+        // digits are refused there (22007), so here too; 38 digits with an offset fit.
+        let digits = |n: usize| "1".repeat(n);
+        assert!(is_rfc3339(&format!(
+            "2026-11-29T10:00:00.{}+05:30",
+            digits(38)
+        )));
+        assert!(!is_rfc3339(&format!(
+            "2026-11-29T10:00:00.{}+05:30",
+            digits(39)
+        )));
+        assert!(!is_rfc3339(&format!(
+            "2026-11-29T10:00:00.{}Z",
+            digits(130)
+        )));
     }
 
     #[test]

@@ -58,8 +58,10 @@ const RESEND_EFFECTS: [&str; 2] = [
     "SELECT resend_record_v2('msg_x', 'em_x', 'email.bounced', '{x@example.com}', \
      '2026-11-30T00:00:00Z', 'bounced')",
 ];
-const GITHUB_EFFECTS: [&str; 2] = [
+const GITHUB_EFFECTS: [&str; 3] = [
     "SELECT github_keep_installation_v1(1, 'octo', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
+     0::smallint, '{}', '{}', '{}')",
+    "SELECT github_keep_installation_v2(1, 'octo', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
      0::smallint, '{}', '{}', '{}')",
     "SELECT claimonce_forward_v1('github', 'body_x', 'github.issues', '{}')",
 ];
@@ -293,6 +295,7 @@ async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() 
             "claimonce_forward_v1",
             "claimonce_take_claim_v1",
             "github_keep_installation_v1",
+            "github_keep_installation_v2",
             "resend_record_v1",
             "resend_record_v2",
             "stripe_credit_v1",

@@ -181,10 +181,15 @@ async fn a_login_whose_statement_timeout_bounds_nothing_is_named_at_cold_start()
         "{lines:?}"
     );
 
-    // Once the migrate function (or an operator) set it, nothing is said.
+    // Once the migrate function (or an operator) set it, nothing is said. A login's default
+    // reaches new server sessions only: a pooler (PgBouncer here, RDS Proxy in AWS) keeps the
+    // one it has, so that one is ended too.
     db.client()
         .await
-        .batch_execute(&format!("ALTER ROLE {login} SET statement_timeout = '3s'"))
+        .batch_execute(&format!(
+            "ALTER ROLE {login} SET statement_timeout = '3s'; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{login}'"
+        ))
         .await
         .expect("set the login's bound");
     let lines = lines_of(&db, &[], &[event]).await;

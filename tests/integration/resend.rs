@@ -320,6 +320,11 @@ async fn values_postgresql_refuses_are_400_and_write_nothing() {
     let bodies = [
         with("created_at", json!("2026-11-29T10:00:01+16:00")),
         with("created_at", json!("2026-11-29T10:00:01.5-23:59")),
+        // A fraction of 130 digits: PostgreSQL's date-time field holds 128 bytes (22007).
+        with(
+            "created_at",
+            json!(format!("2026-11-29T10:00:01.{}Z", "1".repeat(130))),
+        ),
         with("type", json!("email.bounced\u{0}")),
         with("email_id", json!("em_\u{0}")),
         with("to", json!(["v\u{0}@example.com"])),

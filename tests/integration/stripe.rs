@@ -398,7 +398,7 @@ async fn a_same_second_tie_ranks_created_before_updated_before_deleted() {
 }
 
 #[tokio::test]
-async fn a_nul_in_any_stored_string_is_refused_before_the_database() {
+async fn a_nul_in_any_stored_string_or_a_time_out_of_range_is_refused_before_the_database() {
     let db = TestDb::new().await;
     let (receiver, logs) = db.receiver(stripe());
     // PostgreSQL's text cannot hold U+0000: stored, each of these would fail every retry with
@@ -410,6 +410,9 @@ async fn a_nul_in_any_stored_string_is_refused_before_the_database() {
         checkout_completed("evt_nul_email", "cus_nul", "a\u{0}@example.com"),
         subscription("evt_nul_sub", "updated", "sub_\u{0}", "active", 1),
         subscription("evt_nul_status", "updated", "sub_nul", "act\u{0}ive", 1),
+        // A `created` to_timestamp cannot store (22008), and one before 1970.
+        subscription("evt_far", "updated", "sub_far", "active", 9_223_372_036_854),
+        subscription("evt_early", "updated", "sub_early", "active", -1),
     ];
     for body in &bodies {
         let sig = stripe_header(STRIPE_SECRET, now(), body);

@@ -265,6 +265,13 @@ fn installation(
             .ok_or_else(|| invalid("installation.updated_at is out of range"))?,
         Stamp::Text(_) => return Err(invalid("installation.updated_at is not RFC 3339")),
     };
+    // One event names a repository once: listed twice, the effect's upsert would meet its own
+    // row (21000) on every retry, and listed as added and removed it would say both.
+    let mut ids: Vec<i64> = added.iter().chain(&removed).map(|r| r.id).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w.first() == w.get(1)) {
+        return Err(invalid("the event lists a repository more than once"));
+    }
     let stored = [&object.account.login, &object.repository_selection];
     if stored
         .into_iter()
@@ -288,7 +295,7 @@ fn installation(
     })
 }
 
-/// The event's effect: `github_keep_installation_v1` (migration V8) for installations, the
+/// The event's effect: `github_keep_installation_v2` (migration V10) for installations, the
 /// shared forward for the rest, none for `ping`.
 pub fn effect(event: &GitHubEvent) -> Option<Effect> {
     match event {
@@ -297,7 +304,7 @@ pub fn effect(event: &GitHubEvent) -> Option<Effect> {
         GitHubEvent::Installation(i) => {
             let (added_ids, added_names): (Vec<i64>, Vec<String>) = i.added.iter().cloned().unzip();
             Some(Effect::call(
-                "github_keep_installation_v1",
+                "github_keep_installation_v2",
                 vec![
                     Param::new(i.id, Type::INT8),
                     Param::new(i.account_login.clone(), Type::TEXT),

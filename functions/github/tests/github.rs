@@ -190,20 +190,28 @@ async fn installations_keep_the_newest_state_whatever_the_delivery_order() {
     // Deleted first, then its older `created`: the tombstone stays.
     for action in ["deleted", "created"] {
         let body = send(action, 4, "2026-11-29T10:00:00Z");
-        deliver(&receiver, "installation", action, &body).await;
+        let answer = deliver(&receiver, "installation", action, &body).await;
+        assert_eq!(answer, (200, "processed".into()), "{action}");
     }
     assert_eq!(state(&db, 4).await, "deleted");
     // Nothing after a deletion brings it back, however new.
     let later = send("unsuspend", 4, "2026-11-29T11:00:00Z");
-    deliver(&receiver, "installation", "late", &later).await;
+    assert_eq!(
+        deliver(&receiver, "installation", "late", &later).await,
+        (200, "processed".into())
+    );
     assert_eq!(state(&db, 4).await, "deleted");
 
-    // A same-second tie goes to the later kind: created (0) loses to suspend (1).
-    for action in ["suspend", "created"] {
-        let body = send(action, 5, "2026-11-29T10:00:00Z");
-        deliver(&receiver, "installation", action, &body).await;
+    // A same-second tie goes to the later kind, in either order: created (0) loses to
+    // suspend (1).
+    for (id, order) in [(5, ["suspend", "created"]), (7, ["created", "suspend"])] {
+        for action in order {
+            let body = send(action, id, "2026-11-29T10:00:00Z");
+            let answer = deliver(&receiver, "installation", action, &body).await;
+            assert_eq!(answer, (200, "processed".into()), "{id} {action}");
+        }
+        assert_eq!(state(&db, id).await, "suspended", "{order:?}");
     }
-    assert_eq!(state(&db, 5).await, "suspended");
 
     // Repositories, each newest-first: removed at 10:10, a late `added` from 10:05 loses.
     let created = installation(
@@ -212,7 +220,10 @@ async fn installations_keep_the_newest_state_whatever_the_delivery_order() {
         "2026-11-29T10:00:00Z",
         json!({"repositories": [{"id": 61, "full_name": "acme-corp/web"}]}),
     );
-    deliver(&receiver, "installation", "c6", &created).await;
+    assert_eq!(
+        deliver(&receiver, "installation", "c6", &created).await,
+        (200, "processed".into())
+    );
     let repos = |action: &str, at: &str, added: Value, removed: Value| {
         installation(
             action,
@@ -469,4 +480,133 @@ async fn the_replay_procedure_of_operations_md_and_the_functions_own_login() {
     );
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 1);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
+}
+
+/// The repositories an `installation_repositories` event of installation `id` at `at` adds
+/// and removes.
+fn repositories(action: &str, id: i64, at: &str, added: &[i64], removed: &[i64]) -> Vec<u8> {
+    let list = |ids: &[i64]| -> Value {
+        ids.iter()
+            .map(|r| json!({"id": r, "full_name": format!("acme-corp/r{r}")}))
+            .collect()
+    };
+    installation(
+        action,
+        id,
+        at,
+        json!({"repositories_added": list(added), "repositories_removed": list(removed)}),
+    )
+}
+
+async fn present(db: &TestDb, id: i64) -> Vec<i64> {
+    db.client()
+        .await
+        .query(
+            "SELECT repository_id FROM github_installation_repositories \
+             WHERE installation_id = $1 AND present ORDER BY 1",
+            &[&id],
+        )
+        .await
+        .expect("repositories")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn repositories_follow_the_installation_removal_wins_a_tie_and_a_deleted_one_reaches_none() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let at = "2026-11-29T10:00:00Z";
+    // An add and a remove of the same second, in either order: removed.
+    for (id, order) in [(20, ["added", "removed"]), (21, ["removed", "added"])] {
+        for action in order {
+            let (added, removed): (&[i64], &[i64]) = match action {
+                "added" => (&[1], &[]),
+                _ => (&[], &[1]),
+            };
+            let body = repositories(action, id, at, added, removed);
+            let answer = deliver(&receiver, "installation_repositories", action, &body).await;
+            assert_eq!(answer, (200, "processed".into()), "{id} {action}");
+        }
+        assert!(present(&db, id).await.is_empty(), "{order:?}");
+    }
+
+    // A deleted installation reaches none of its repositories, including those its own
+    // deletion lists, and nothing later adds one back.
+    let created = installation(
+        "created",
+        22,
+        "2026-11-29T09:00:00Z",
+        json!({"repositories": [{"id": 1, "full_name": "acme-corp/r1"}]}),
+    );
+    let deleted = installation(
+        "deleted",
+        22,
+        at,
+        json!({"repositories": [{"id": 1, "full_name": "acme-corp/r1"},
+                                {"id": 2, "full_name": "acme-corp/r2"}]}),
+    );
+    let added_later = repositories("added", 22, "2026-11-29T11:00:00Z", &[3], &[]);
+    for (delivery, body) in [("c", &created), ("d", &deleted), ("a", &added_later)] {
+        let event = if delivery == "a" {
+            "installation_repositories"
+        } else {
+            "installation"
+        };
+        assert_eq!(
+            deliver(&receiver, event, delivery, body).await,
+            (200, "processed".into()),
+            "{delivery}"
+        );
+    }
+    assert_eq!(state(&db, 22).await, "deleted");
+    assert!(present(&db, 22).await.is_empty());
+
+    // One event that lists a repository twice, or as added and removed, can never be applied
+    // (the upsert would meet its own row, 21000, on every retry): a 400 that writes nothing.
+    let before = db.count("SELECT count(*) FROM processed_events").await;
+    for body in [
+        repositories("added", 23, at, &[5, 5], &[]),
+        repositories("removed", 23, at, &[], &[6, 6]),
+        repositories("added", 23, at, &[7], &[7]),
+    ] {
+        assert_eq!(
+            deliver(&receiver, "installation_repositories", "twice", &body).await,
+            (400, "invalid-payload".into())
+        );
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        before
+    );
+    assert_eq!(state_rows(&db, 23).await, 0);
+}
+
+async fn state_rows(db: &TestDb, id: i64) -> i64 {
+    db.client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM github_installations WHERE installation_id = $1",
+            &[&id],
+        )
+        .await
+        .expect("count")
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_forwarded_number_jsonb_cannot_store_is_a_400_that_writes_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    // jsonb stores numbers as numeric, which has no 1e-200000 (22003): before, a 500 on every
+    // retry.
+    let body =
+        br#"{"action":"opened","issue":{"number":1,"score":1e-200000},"installation":{"id":1}}"#;
+    assert_eq!(
+        deliver(&receiver, "issues", "n1", body).await,
+        (400, "invalid-payload".into())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
 }

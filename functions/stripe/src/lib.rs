@@ -74,6 +74,9 @@ pub enum StripeEvent {
     Other,
 }
 
+/// The latest `created` stored, in Unix seconds: 9999-12-31T23:59:59Z.
+pub const MAX_CREATED: i64 = 253_402_300_799;
+
 /// The kind of a `customer.subscription.*` event, in the order of a subscription's life:
 /// on a same-second tie the later kind wins (created < updated < deleted). Two updates in
 /// one second stay unordered; the stored one is kept.
@@ -187,6 +190,13 @@ pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
         | "customer.subscription.deleted") => {
             let s: Subscription = serde_json::from_str(object)
                 .map_err(|_| invalid("data.object is not a subscription"))?;
+            // Stored through to_timestamp, which refuses what lies past year 294276 (22008):
+            // such a signed event would fail every retry. Stripe's are Unix seconds of now.
+            if !(0..=MAX_CREATED).contains(&envelope.created) {
+                return Err(invalid(
+                    "the event's created is not a time PostgreSQL can store",
+                ));
+            }
             StripeEvent::Subscription {
                 id: s.id,
                 customer: s.customer.map(Expandable::into_id),
