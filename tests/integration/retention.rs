@@ -52,6 +52,55 @@ async fn event_ids(db: &TestDb) -> Vec<String> {
 }
 
 #[tokio::test]
+async fn a_provider_with_a_window_of_its_own_is_swept_by_it_or_never() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    for (provider, days) in [
+        ("stripe", 100),
+        ("github", 100),
+        ("github", 400),
+        ("resend", 100),
+    ] {
+        client
+            .execute(
+                "INSERT INTO processed_events (provider, event_id, event_type, received_at) \
+                 VALUES ($1, $1 || '-' || $2::int, 't', now() - make_interval(days => $2::int))",
+                &[&provider, &days],
+            )
+            .await
+            .expect("a claim");
+    }
+    // GitHub kept for good: only the others' rows past 90 days go.
+    let never = Policy::new(90, 5000)
+        .and_then(|p| p.with_provider("github", None))
+        .expect("policy");
+    let report = run(&db, never, &plenty()).await;
+    assert_eq!(report.removed, 2, "{report:?}");
+    assert_eq!(event_ids(&db).await, ["github-100", "github-400"]);
+    // A window of GitHub's own (an operator who accepts the replay risk): 365 days.
+    let year = Policy::new(90, 5000)
+        .and_then(|p| p.with_provider("github", Some(365)))
+        .expect("policy");
+    let report = run(&db, year, &plenty()).await;
+    assert_eq!(report.removed, 1, "{report:?}");
+    assert_eq!(event_ids(&db).await, ["github-100"]);
+    // Names that are not ledger names, and windows below the floor, are refused.
+    for (provider, days) in [
+        ("GitHub", None),
+        ("git hub", None),
+        ("", None),
+        ("github", Some(7)),
+    ] {
+        assert!(
+            Policy::new(90, 5000)
+                .and_then(|p| p.with_provider(provider, days))
+                .is_err(),
+            "{provider:?} {days:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn only_rows_older_than_the_window_are_removed_and_a_rerun_removes_nothing() {
     let db = TestDb::new().await;
     let client = db.client().await;
@@ -71,7 +120,7 @@ async fn only_rows_older_than_the_window_are_removed_and_a_rerun_removes_nothing
         .expect("outbox rows");
 
     let policy = Policy::new(90, 5000).expect("policy");
-    let first = run(&db, policy, &plenty()).await;
+    let first = run(&db, policy.clone(), &plenty()).await;
     assert_eq!(
         first,
         Report {
@@ -267,6 +316,14 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
     let client = db.client().await;
     ledger_rows(&client, "old", 5, 120).await;
     ledger_rows(&client, "new", 1, 1).await;
+    // GitHub's claims, as old: the template's RETENTION_DAYS_GITHUB=never keeps them.
+    client
+        .batch_execute(
+            "INSERT INTO processed_events (provider, event_id, event_type, received_at) \
+             VALUES ('github', 'body-old', 'issues.opened', now() - interval '120 days')",
+        )
+        .await
+        .expect("a GitHub claim");
 
     let api = RuntimeApi::start("retention-sweep").await.expect("api");
     let mut command = api.command(
@@ -274,6 +331,7 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
         &[
             ("DATABASE_URL", &db.function_url),
             ("RETENTION_DAYS", "90"),
+            ("RETENTION_DAYS_GITHUB", "never"),
             ("SWEEP_BATCH_SIZE", "2"),
         ],
     );
@@ -295,7 +353,12 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
         result,
         json!({"removed": 5, "outbox_removed": 0, "batches": 4, "finished": true})
     );
-    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE provider = 'github'")
+            .await,
+        1
+    );
 
     // Its one line is CloudWatch Embedded Metric Format with the SweptRows metric.
     let mut lines = BufReader::new(stdout).lines();

@@ -6,6 +6,11 @@
 //! `RETENTION_DAYS` (default 90, at least 31) are past all of that and are removed here,
 //! together with outbox messages delivered longer ago than the same window.
 //!
+//! A provider may have a window of its own, `RETENTION_DAYS_<PROVIDER>`: a number of days, or
+//! `never`. A signature that never expires (GitHub's: no timestamp is signed) stays valid for
+//! a captured body forever, and only its ledger row makes a replay a duplicate, so the template
+//! sets `RETENTION_DAYS_GITHUB=never`.
+//!
 //! Every batch is one short transaction in one round trip, running as `claimonce_sweeper`
 //! (`SET LOCAL ROLE`), so the sweep never holds locks for long, can do nothing the sweeper
 //! role may not, and can stop between batches when its time budget runs out. It does not lock
@@ -26,13 +31,18 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 pub const FUNCTION: &str = "retention-sweep";
 
 /// How much to remove per run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// Rows older than this many days go.
+    /// Rows older than this many days go, for every provider without a window of its own.
     pub retention_days: u32,
     /// Rows removed per batch (one transaction).
     pub batch_size: u32,
+    /// Providers with a window of their own: `None` keeps their rows for good.
+    pub per_provider: Vec<(String, Option<u32>)>,
 }
+
+/// The prefix of a provider's own window: `RETENTION_DAYS_GITHUB=never`.
+pub const PROVIDER_WINDOW_PREFIX: &str = "RETENTION_DAYS_";
 
 /// The smallest retention accepted: Stripe keeps events for 30 days and an operator may resend
 /// any of them (Dashboard, CLI, API); a shorter window would apply such a resend twice.
@@ -44,21 +54,57 @@ impl Policy {
     pub fn from_env() -> Result<Self, ConfigError> {
         let days = config::number("RETENTION_DAYS", 90)?;
         let batch = config::number("SWEEP_BATCH_SIZE", 5000)?;
-        Self::new(
+        let mut policy = Self::new(
             u32::try_from(days).unwrap_or(u32::MAX),
             u32::try_from(batch).unwrap_or(u32::MAX),
-        )
+        )?;
+        let mut own: Vec<(String, String)> = std::env::vars()
+            .filter_map(|(name, value)| {
+                let provider = name.strip_prefix(PROVIDER_WINDOW_PREFIX)?;
+                Some((provider.to_ascii_lowercase(), value))
+            })
+            .collect();
+        own.sort();
+        for (provider, value) in own {
+            let days = match value.trim() {
+                "never" => None,
+                n => Some(n.parse::<u32>().map_err(|_| {
+                    ConfigError::new(format!(
+                        "{PROVIDER_WINDOW_PREFIX}{}: a number of days or never",
+                        provider.to_ascii_uppercase()
+                    ))
+                })?),
+            };
+            policy = policy.with_provider(&provider, days)?;
+        }
+        Ok(policy)
+    }
+
+    /// Gives `provider` (its ledger name) a window of its own: `days`, or `None` to keep its
+    /// rows for good.
+    pub fn with_provider(mut self, provider: &str, days: Option<u32>) -> Result<Self, ConfigError> {
+        let valid = !provider.is_empty()
+            && provider.len() <= 32
+            && provider
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(ConfigError::new(format!(
+                "{PROVIDER_WINDOW_PREFIX}{}: not a provider's ledger name (a-z, 0-9, _)",
+                provider.to_ascii_uppercase()
+            )));
+        }
+        if let Some(days) = days {
+            check_days(days)?;
+        }
+        self.per_provider.retain(|(p, _)| p != provider);
+        self.per_provider.push((provider.to_owned(), days));
+        Ok(self)
     }
 
     /// Checks the bounds.
     pub fn new(retention_days: u32, batch_size: u32) -> Result<Self, ConfigError> {
-        if !(MIN_RETENTION_DAYS..=36_500).contains(&retention_days) {
-            return Err(ConfigError::new(format!(
-                "RETENTION_DAYS must be between {MIN_RETENTION_DAYS} and 36500: a shorter window \
-                 would forget events their senders may still redeliver (Stripe keeps events for \
-                 30 days)"
-            )));
-        }
+        check_days(retention_days)?;
         if !(1..=100_000).contains(&batch_size) {
             return Err(ConfigError::new(
                 "SWEEP_BATCH_SIZE must be between 1 and 100000".into(),
@@ -67,7 +113,43 @@ impl Policy {
         Ok(Self {
             retention_days,
             batch_size,
+            per_provider: Vec::new(),
         })
+    }
+
+    /// Each ledger delete the policy makes: (the providers it covers, as an SQL condition,
+    /// and its window in days). Provider names are checked to be `[a-z0-9_]`, so inlining them
+    /// is safe.
+    fn ledger_windows(&self) -> Vec<(String, u32)> {
+        let quoted = |p: &str| format!("'{p}'");
+        let mut windows = Vec::new();
+        let others: Vec<String> = self.per_provider.iter().map(|(p, _)| quoted(p)).collect();
+        windows.push((
+            if others.is_empty() {
+                "true".to_owned()
+            } else {
+                format!("provider NOT IN ({})", others.join(", "))
+            },
+            self.retention_days,
+        ));
+        for (provider, days) in &self.per_provider {
+            if let Some(days) = days {
+                windows.push((format!("provider = {}", quoted(provider)), *days));
+            }
+        }
+        windows
+    }
+}
+
+fn check_days(days: u32) -> Result<(), ConfigError> {
+    if (MIN_RETENTION_DAYS..=36_500).contains(&days) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(format!(
+            "RETENTION_DAYS must be between {MIN_RETENTION_DAYS} and 36500: a shorter window \
+             would forget events their senders may still redeliver (Stripe keeps events for \
+             30 days)"
+        )))
     }
 }
 
@@ -99,23 +181,24 @@ impl Report {
     }
 }
 
-/// The tables the sweep prunes, in order.
-#[derive(Debug, Clone, Copy)]
+/// The tables the sweep prunes, in order: the ledger for the providers a condition names.
+#[derive(Debug, Clone)]
 enum Table {
-    Ledger,
+    Ledger(String),
     Outbox,
 }
 
 impl Table {
-    /// One batch's statement. Both values are integers we computed, so inlining them is safe;
-    /// the whole batch then goes out as one simple query: one round trip, no prepared
-    /// statement.
-    fn delete(self, cutoff_unix: u64, limit: u32) -> String {
+    /// One batch's statement. The values are integers we computed and provider names checked
+    /// to be `[a-z0-9_]`, so inlining them is safe; the whole batch then goes out as one simple
+    /// query: one round trip, no prepared statement.
+    fn delete(&self, cutoff_unix: u64, limit: u32) -> String {
         match self {
-            Table::Ledger => format!(
+            Table::Ledger(providers) => format!(
                 "WITH gone AS (DELETE FROM processed_events WHERE id IN (\
                  SELECT id FROM processed_events WHERE received_at < to_timestamp({cutoff_unix}) \
-                 ORDER BY received_at LIMIT {limit}) RETURNING 1) SELECT count(*) FROM gone"
+                 AND {providers} ORDER BY received_at LIMIT {limit}) RETURNING 1) \
+                 SELECT count(*) FROM gone"
             ),
             Table::Outbox => format!(
                 "WITH gone AS (DELETE FROM outbox WHERE id IN (\
@@ -196,9 +279,15 @@ pub async fn sweep<A: Allowance + ?Sized>(
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let cutoff = now.saturating_sub(u64::from(policy.retention_days) * 86_400);
+    let cutoff = |days: u32| now.saturating_sub(u64::from(days) * 86_400);
+    let mut jobs: Vec<(Table, u64)> = policy
+        .ledger_windows()
+        .into_iter()
+        .map(|(providers, days)| (Table::Ledger(providers), cutoff(days)))
+        .collect();
+    jobs.push((Table::Outbox, cutoff(policy.retention_days)));
     let mut report = Report::default();
-    for table in [Table::Ledger, Table::Outbox] {
+    for (table, cutoff) in jobs {
         let sql = table.delete(cutoff, policy.batch_size);
         loop {
             if !budget.allows_another(report.batches) {
@@ -213,7 +302,7 @@ pub async fn sweep<A: Allowance + ?Sized>(
             };
             report.batches += 1;
             match table {
-                Table::Ledger => report.removed += removed,
+                Table::Ledger(_) => report.removed += removed,
                 Table::Outbox => report.outbox_removed += removed,
             }
             // A short batch means nothing older than the cutoff is left in this table.
@@ -354,7 +443,8 @@ mod tests {
             Policy::new(90, 5000),
             Ok(Policy {
                 retention_days: 90,
-                batch_size: 5000
+                batch_size: 5000,
+                per_provider: Vec::new(),
             })
         );
         assert!(Policy::new(3, 5000).is_err());
@@ -363,5 +453,20 @@ mod tests {
         assert!(Policy::new(31, 5000).is_ok());
         assert!(Policy::new(90, 0).is_err());
         assert!(Policy::new(90, 1_000_000).is_err());
+    }
+
+    #[test]
+    fn a_provider_kept_for_good_is_left_out_of_the_default_window_and_gets_none() {
+        let policy = Policy::new(90, 10)
+            .and_then(|p| p.with_provider("github", None))
+            .and_then(|p| p.with_provider("resend", Some(40)))
+            .expect("policy");
+        assert_eq!(
+            policy.ledger_windows(),
+            [
+                ("provider NOT IN ('github', 'resend')".to_owned(), 90),
+                ("provider = 'resend'".to_owned(), 40),
+            ]
+        );
     }
 }
