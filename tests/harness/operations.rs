@@ -46,3 +46,13 @@ pub async fn replay(db: &TestDb, provider: &str, event_id: &str) -> u64 {
     let after: i64 = db.count("SELECT count(*) FROM processed_events").await;
     u64::try_from(before - after).expect("the procedure only deletes")
 }
+
+/// The SQL block of "Outbox set-aside rows" that requeues them, as the page writes it.
+pub fn requeue_sql() -> &'static str {
+    OPERATIONS
+        .split_once("### Outbox set-aside rows")
+        .and_then(|(_, rest)| rest.split_once("```sql\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(sql, _)| sql)
+        .expect("OPERATIONS.md has an \"Outbox set-aside rows\" section with a ```sql block")
+}

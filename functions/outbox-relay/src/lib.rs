@@ -103,22 +103,41 @@ pub struct Options {
     pub batch_size: u32,
     /// Longest wait for one send (`OUTBOX_SEND_TIMEOUT_MS`, default 5000).
     pub send_timeout: Duration,
+    /// Attempts before a row is set aside (`OUTBOX_MAX_ATTEMPTS`, default 10).
+    pub max_attempts: u32,
+    /// The wait after a row's first failed attempt, doubling after each (`OUTBOX_RETRY_BASE_MS`,
+    /// default 30000), up to an hour: about three hours from the first attempt to the tenth.
+    pub retry_base: Duration,
 }
+
+/// The longest wait between two attempts of a row.
+pub const RETRY_CAP: Duration = Duration::from_secs(3600);
 
 impl Options {
     /// From the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         let batch = config::number("OUTBOX_BATCH_SIZE", 25)?;
         let send_ms = config::number("OUTBOX_SEND_TIMEOUT_MS", 5000)?;
+        let attempts = config::number("OUTBOX_MAX_ATTEMPTS", 10)?;
+        let base_ms = config::number("OUTBOX_RETRY_BASE_MS", 30_000)?;
         if !(1..=1000).contains(&batch) || send_ms == 0 {
             return Err(ConfigError::new(
                 "OUTBOX_BATCH_SIZE must be between 1 and 1000 and OUTBOX_SEND_TIMEOUT_MS above 0"
                     .into(),
             ));
         }
+        if !(1..=100).contains(&attempts) || base_ms > 3_600_000 {
+            return Err(ConfigError::new(
+                "OUTBOX_MAX_ATTEMPTS must be between 1 and 100 and OUTBOX_RETRY_BASE_MS at most \
+                 3600000"
+                    .into(),
+            ));
+        }
         Ok(Self {
             batch_size: u32::try_from(batch).unwrap_or(25),
             send_timeout: Duration::from_millis(send_ms),
+            max_attempts: u32::try_from(attempts).unwrap_or(10),
+            retry_base: Duration::from_millis(base_ms),
         })
     }
 }
@@ -128,6 +147,8 @@ impl Default for Options {
         Self {
             batch_size: 25,
             send_timeout: Duration::from_secs(5),
+            max_attempts: 10,
+            retry_base: Duration::from_secs(30),
         }
     }
 }
@@ -143,8 +164,11 @@ pub struct Report {
     pub batches: u32,
     /// True when the run reached the end of the queue (rows other relays held excepted).
     pub finished: bool,
-    /// Age in seconds of the oldest row still undispatched after the run (0 when none).
+    /// Age in seconds of the oldest row still undispatched after the run, set-aside rows
+    /// left out (0 when none).
     pub oldest_pending_seconds: f64,
+    /// Rows set aside after their last allowed attempt and not requeued, after the run.
+    pub set_aside: u64,
     /// Why the run stopped early (database trouble), data-free.
     pub error: Option<String>,
 }
@@ -158,26 +182,35 @@ impl Report {
             "batches": self.batches,
             "finished": self.finished,
             "oldest_pending_seconds": self.oldest_pending_seconds,
+            "set_aside": self.set_aside,
         })
     }
 }
 
-// Rows after the run's cursor, in id order, skipping any another relay holds. The cursor makes
-// a run visit each row at most once, so a failing row is retried by the next run, not in a
-// tight loop by this one.
+// Rows after the run's cursor, in id order, skipping any another relay holds, any set aside,
+// and any whose backoff has not passed. The cursor makes a run visit each row at most once, and
+// the backoff keeps a failing row from being tried first by every run, ahead of the rest.
 const CLAIM: &str = "SELECT id, topic, payload::text, \
      to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
      attempts, provider, event_id \
-     FROM outbox WHERE dispatched_at IS NULL AND id > $1 ORDER BY id LIMIT $2 \
+     FROM outbox WHERE dispatched_at IS NULL AND dead_at IS NULL \
+     AND (next_attempt_at IS NULL OR next_attempt_at <= now()) AND id > $1 ORDER BY id LIMIT $2 \
      FOR UPDATE SKIP LOCKED";
 const MARK_SENT: &str = "UPDATE outbox SET dispatched_at = now(), attempts = attempts + 1, \
      last_attempt_at = now(), last_error = NULL WHERE id = ANY($1)";
+// A failed row waits $3 ms after its first attempt, doubling, at most $4 ms; at its $5th
+// attempt it is set aside instead.
 const MARK_FAILED: &str = "UPDATE outbox AS o SET attempts = o.attempts + 1, \
-     last_attempt_at = now(), last_error = f.error \
+     last_attempt_at = now(), last_error = f.error, \
+     next_attempt_at = now() + make_interval(secs => \
+         least($4::float8, $3::float8 * power(2, least(o.attempts, 30))) / 1000), \
+     dead_at = CASE WHEN o.attempts + 1 >= $5 THEN now() END \
      FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
 const OLDEST_PENDING: &str = "BEGIN; SET LOCAL ROLE claimonce_relay; \
-     SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8::text \
-     FROM (SELECT created_at FROM outbox WHERE dispatched_at IS NULL ORDER BY id LIMIT 1) AS o; \
+     SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8::text, \
+     (SELECT count(*) FROM outbox WHERE dispatched_at IS NULL AND dead_at IS NOT NULL)::text \
+     FROM (SELECT created_at FROM outbox WHERE dispatched_at IS NULL AND dead_at IS NULL \
+     ORDER BY id LIMIT 1) AS o; \
      COMMIT";
 
 /// Longest `last_error` kept: enough for an error code and a sentence.
@@ -271,10 +304,19 @@ async fn run_batch<D: Dispatch>(
     }
     if !batch.failed.is_empty() {
         let (ids, errors): (Vec<i64>, Vec<String>) = batch.failed.iter().cloned().unzip();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let (base, cap) = (ms(options.retry_base), ms(RETRY_CAP));
+        let max_attempts = i32::try_from(options.max_attempts).unwrap_or(i32::MAX);
         client
             .execute_typed(
                 MARK_FAILED,
-                &[(&ids, Type::INT8_ARRAY), (&errors, Type::TEXT_ARRAY)],
+                &[
+                    (&ids, Type::INT8_ARRAY),
+                    (&errors, Type::TEXT_ARRAY),
+                    (&base, Type::FLOAT8),
+                    (&cap, Type::FLOAT8),
+                    (&max_attempts, Type::INT4),
+                ],
             )
             .await?;
     }
@@ -332,15 +374,19 @@ pub async fn relay<D: Dispatch>(
     }
     if report.error.is_none() {
         match oldest_pending(client, timeouts).await {
-            Ok(age) => report.oldest_pending_seconds = age,
+            Ok((age, set_aside)) => {
+                report.oldest_pending_seconds = age;
+                report.set_aside = set_aside;
+            }
             Err(e) => report.error = Some(e),
         }
     }
     report
 }
 
-/// Age in seconds of the oldest undispatched row (0 when there is none).
-pub async fn oldest_pending(client: &Client, timeouts: &Timeouts) -> Result<f64, String> {
+/// Age in seconds of the oldest undispatched row that is still tried (0 when there is none),
+/// and how many rows are set aside.
+pub async fn oldest_pending(client: &Client, timeouts: &Timeouts) -> Result<(f64, u64), String> {
     let answer = tokio::time::timeout(timeouts.delivery, client.simple_query(OLDEST_PENDING))
         .await
         .map_err(|_| "backlog query timed out".to_owned())?;
@@ -354,7 +400,10 @@ pub async fn oldest_pending(client: &Client, timeouts: &Timeouts) -> Result<f64,
     messages
         .iter()
         .find_map(|m| match m {
-            SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+            SimpleQueryMessage::Row(row) => Some((
+                row.get(0).and_then(|v| v.parse().ok())?,
+                row.get(1).and_then(|v| v.parse().ok())?,
+            )),
             _ => None,
         })
         .ok_or_else(|| "backlog query returned nothing".to_owned())
@@ -443,6 +492,7 @@ impl<D: Dispatch> Relay<D> {
             "oldest_pending_seconds".into(),
             report.oldest_pending_seconds.into(),
         );
+        line.insert("set_aside".into(), report.set_aside.into());
         let metrics = [
             Metric {
                 name: "OutboxDispatched",
@@ -459,6 +509,11 @@ impl<D: Dispatch> Relay<D> {
                 unit: "Seconds",
                 value: report.oldest_pending_seconds,
             },
+            Metric {
+                name: "OutboxSetAside",
+                unit: "Count",
+                value: report.set_aside as f64,
+            },
         ];
         scheduled::finish_report(
             &mut line,
@@ -469,7 +524,7 @@ impl<D: Dispatch> Relay<D> {
         );
         let level = if report.error.is_some() {
             "error"
-        } else if report.failed > 0 {
+        } else if report.failed > 0 || report.set_aside > 0 {
             "warn"
         } else {
             "info"
