@@ -6,12 +6,12 @@
 --
 -- 1. Every function runs with its owner's rights (SECURITY DEFINER) and pins its search_path
 --    (pg_catalog, public, then pg_temp last, so no temporary object can shadow a table).
--- 2. The claim records the claim it won in two transaction-local settings, and every effect
---    begins by taking that claim (claimonce_take_claim_v1): it refuses (42501) unless the
---    ledger row it names was inserted by this very transaction (its xmin is this
---    transaction's id) for the effect's own provider, and one claim drives one effect. A
---    setting alone proves nothing (anyone may set it); the ledger row is what the caller
---    cannot forge, since only the claim function inserts there.
+-- 2. A won claim names its ledger row in a transaction-local setting, and every effect begins
+--    by taking that claim (claimonce_take_claim_v1): it refuses (42501) unless the row it
+--    names was inserted by this very transaction (its xmin is this transaction's id) for the
+--    effect's own provider, and one claim drives one effect. A setting alone proves nothing
+--    (anyone may set it); the ledger row is what the caller cannot forge, since only the
+--    claim function inserts there.
 -- 3. One role per provider: claimonce_stripe, claimonce_resend, claimonce_github. The claim
 --    refuses a provider the session's login is not a member of, and each provider's effects
 --    are executable by its role only.
@@ -63,7 +63,7 @@ DROP FUNCTION stripe_provision_v1(text, text, text);
 DROP FUNCTION stripe_keep_subscription_v1(text, text, text, bigint, boolean);
 
 -- The claim. As in V6, plus: the session's login must be a member of the provider's role, and
--- a won claim is recorded for the effect in this transaction.
+-- a won claim names its ledger row (its ctid) in a transaction-local setting for the effect.
 CREATE OR REPLACE FUNCTION claimonce_claim_v1(
     p_provider text,
     p_event_id text,
@@ -77,6 +77,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp
 SET lock_timeout = '2s'
 AS $$
+DECLARE
+    v_row tid;
 BEGIN
     IF NOT pg_has_role(session_user, 'claimonce_' || p_provider, 'MEMBER') THEN
         RAISE EXCEPTION 'claimonce: this login may not claim events of that provider'
@@ -84,11 +86,11 @@ BEGIN
     END IF;
     INSERT INTO processed_events (provider, event_id, event_type, payload_sha256)
     VALUES (p_provider, p_event_id, p_event_type, p_payload_sha256)
-    ON CONFLICT (provider, event_id) DO NOTHING;
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING ctid INTO v_row;
     won := FOUND;
     IF won THEN
-        PERFORM set_config('claimonce.claim_provider', p_provider, true);
-        PERFORM set_config('claimonce.claim_event_id', p_event_id, true);
+        PERFORM set_config('claimonce.claim', v_row::text, true);
     ELSE
         -- A new snapshot for this statement (the function is volatile): it sees the claim
         -- that the insert above waited for and found committed.
@@ -100,31 +102,29 @@ END
 $$;
 
 -- The gate every effect passes first. Returns the claimed event id and spends the claim, so
--- one claim drives one effect. Not callable by function logins: only from the effects, which
--- run as the owner.
+-- one claim drives one effect. The setting names a row by its ctid (a TID scan, the cheapest
+-- look-up there is); the row counts only if this very transaction inserted it (its xmin) for
+-- this provider, which nobody but the claim function can do. Nothing updates a ledger row, so
+-- its ctid does not move within the transaction. Not callable by function logins: only from
+-- the effects, which run as the owner.
 CREATE FUNCTION claimonce_take_claim_v1(p_provider text)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
-    v_provider text := current_setting('claimonce.claim_provider', true);
-    v_event_id text := current_setting('claimonce.claim_event_id', true);
+    v_event_id text;
 BEGIN
-    IF v_provider IS DISTINCT FROM p_provider
-        OR v_event_id IS NULL
-        OR v_event_id = ''
-        OR NOT EXISTS (
-            SELECT FROM processed_events AS e
-            WHERE e.provider = p_provider
-              AND e.event_id = v_event_id
-              AND e.xmin = pg_current_xact_id()::xid
-        )
-    THEN
+    SELECT e.event_id INTO v_event_id
+    FROM processed_events AS e
+    WHERE e.ctid = nullif(current_setting('claimonce.claim', true), '')::tid
+      AND e.provider = p_provider
+      AND e.xmin = pg_current_xact_id()::xid;
+    IF v_event_id IS NULL THEN
         RAISE EXCEPTION 'claimonce: an effect runs only under a claim this transaction won'
             USING ERRCODE = '42501';
     END IF;
-    PERFORM set_config('claimonce.claim_event_id', '', true);
+    PERFORM set_config('claimonce.claim', '', true);
     RETURN v_event_id;
 END
 $$;

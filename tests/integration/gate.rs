@@ -78,8 +78,8 @@ async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_no
         for effect in effects {
             // Called on its own: the review's `stripe_credit_v1(...)` twice credited 2,000,000.
             assert_eq!(sqlstate(&login, effect).await, DENIED, "{role}: {effect}");
-            // Under a claim won by an earlier transaction, with the transaction-local settings
-            // that name it forged: the ledger row is not this transaction's.
+            // Under a claim won by an earlier transaction, with the transaction-local setting
+            // that names its ledger row forged: the row is not this transaction's.
             assert_eq!(
                 sqlstate(
                     &login,
@@ -91,9 +91,19 @@ async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_no
                 "ok",
                 "{role}"
             );
+            let row: String = db
+                .client()
+                .await
+                .query_one(
+                    "SELECT ctid::text FROM processed_events \
+                     WHERE provider = $1 AND event_id = 'evt_earlier'",
+                    &[&provider],
+                )
+                .await
+                .expect("the earlier claim's row")
+                .get(0);
             let forged = format!(
-                "BEGIN; SELECT set_config('claimonce.claim_provider', '{provider}', true), \
-                 set_config('claimonce.claim_event_id', 'evt_earlier', true); {effect}; COMMIT"
+                "BEGIN; SELECT set_config('claimonce.claim', '{row}', true); {effect}; COMMIT"
             );
             assert_eq!(sqlstate(&login, &forged).await, DENIED, "{role}: {forged}");
             login
