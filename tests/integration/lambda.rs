@@ -161,7 +161,10 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
         let child = api
             .spawn(
                 &binary,
-                &[("DATABASE_URL", &db.url), (f.secret_var, f.dev_secret)],
+                &[
+                    ("DATABASE_URL", &db.function_url_as(f.provider)),
+                    (f.secret_var, f.dev_secret),
+                ],
             )
             .expect("spawn");
         routes.insert(f.path(), api);
