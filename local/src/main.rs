@@ -225,12 +225,9 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
         for function in registry {
             let login = format!("claimonce_local_{}", function.provider);
             client
-                .batch_execute(&format!(
-                    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{login}') \
-                     THEN CREATE ROLE {login} LOGIN IN ROLE claimonce_{p}; END IF; END $$; \
-                     ALTER ROLE {login} SET statement_timeout = '3s'; \
-                     ALTER ROLE {login} SET idle_in_transaction_session_timeout = '3s'",
-                    p = function.provider
+                .batch_execute(&claimonce_local::postgres::provider_login_sql(
+                    &login,
+                    function.provider,
                 ))
                 .await
                 .map_err(|e| format!("the {} function's login: {e}", function.provider))?;

@@ -246,6 +246,19 @@ pub fn hand_to_server_user(dir: &Path) -> io::Result<()> {
 }
 
 /// A free loopback port (bound and released; good enough for a private test server).
+/// SQL that makes `login` a provider's own database login, as a deployment has it (DEPLOY.md):
+/// granted only `claimonce_<provider>`, with the statement and idle-in-transaction bounds the
+/// migrate function gives (3 s). Idempotent. The names are ours (a provider's ledger name and a
+/// login built from it), plain identifiers, so writing them into the SQL is safe.
+pub fn provider_login_sql(login: &str, provider: &str) -> String {
+    format!(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{login}') \
+         THEN CREATE ROLE {login} LOGIN IN ROLE claimonce_{provider}; END IF; END $$; \
+         ALTER ROLE {login} SET statement_timeout = '3s'; \
+         ALTER ROLE {login} SET idle_in_transaction_session_timeout = '3s';"
+    )
+}
+
 pub fn free_loopback_port() -> io::Result<u16> {
     free_port()
 }

@@ -175,17 +175,15 @@ impl TestDb {
                 Err(e) => panic!("create test database: {e}"),
             }
         }
-        // Each registered provider's own login, as DEPLOY.md creates it: a user granted only
-        // claimonce_<provider>, with the statement bound the migrate function gives it (3 s).
-        // It is what `receiver` and `function_url_as` connect as.
+        // Each registered provider's own login, as a deployment has it: what `receiver` and
+        // `function_url_as` connect as.
         let registry = claimonce_local::functions::all().expect("the provider registry");
         let logins: String = registry
             .iter()
             .map(|f| {
-                format!(
-                    "CREATE ROLE {name}_{p} LOGIN IN ROLE claimonce_{p}; \
-                     ALTER ROLE {name}_{p} SET statement_timeout = '3s';",
-                    p = f.provider
+                claimonce_local::postgres::provider_login_sql(
+                    &crate::roles::login_name(&name, f.provider),
+                    f.provider,
                 )
             })
             .collect();
@@ -208,7 +206,10 @@ impl TestDb {
     /// The URL the code under test uses as `provider`'s own login (granted only
     /// `claimonce_<provider>`): through PgBouncer in the pooled pass.
     pub fn function_url_as(&self, provider: &str) -> String {
-        crate::roles::url_as(&self.function_url, &format!("{}_{provider}", self.name))
+        crate::roles::url_as(
+            &self.function_url,
+            &crate::roles::login_name(&self.name, provider),
+        )
     }
 
     /// A database migrated from nothing (`template0`), beside this one, as a deployment's is:

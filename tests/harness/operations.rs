@@ -6,18 +6,20 @@ use crate::roles::login_with;
 
 const OPERATIONS: &str = include_str!("../../OPERATIONS.md");
 
+/// The first ```sql block of OPERATIONS.md's section `heading` (`### <heading>`).
+fn sql_block(heading: &str) -> &'static str {
+    OPERATIONS
+        .split_once(&format!("### {heading}"))
+        .and_then(|(_, rest)| rest.split_once("```sql\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(sql, _)| sql)
+        .unwrap_or_else(|| panic!("OPERATIONS.md has a \"{heading}\" section with a ```sql block"))
+}
+
 /// The SQL block of "Replay an event safely", for `provider` and `event_id` (the page's
 /// example is a Stripe event).
 pub fn replay_sql(provider: &str, event_id: &str) -> String {
-    let section = OPERATIONS
-        .split_once("### Replay an event safely")
-        .map(|(_, rest)| rest)
-        .expect("OPERATIONS.md has a \"Replay an event safely\" section");
-    let block = section
-        .split_once("```sql\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(sql, _)| sql)
-        .expect("the section holds a ```sql block");
+    let block = sql_block("Replay an event safely");
     assert!(
         block.contains("provider = 'stripe'") && block.contains("event_id = 'evt_1PqR...'"),
         "the replay block names the example event it is run with: {block}"
@@ -49,10 +51,5 @@ pub async fn replay(db: &TestDb, provider: &str, event_id: &str) -> u64 {
 
 /// The SQL block of "Outbox set-aside rows" that requeues them, as the page writes it.
 pub fn requeue_sql() -> &'static str {
-    OPERATIONS
-        .split_once("### Outbox set-aside rows")
-        .and_then(|(_, rest)| rest.split_once("```sql\n"))
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map(|(sql, _)| sql)
-        .expect("OPERATIONS.md has an \"Outbox set-aside rows\" section with a ```sql block")
+    sql_block("Outbox set-aside rows")
 }

@@ -14,11 +14,17 @@ pub fn url_as(url: &str, user: &str) -> String {
     format!("{}{user}@{host}", &url[..scheme_end])
 }
 
+/// The name of the test database `db`'s login for `role` (`claimonce_stripe` or `stripe`:
+/// `<db>_stripe`). Roles are per server, so the login is named after the test database.
+pub fn login_name(db: &str, role: &str) -> String {
+    format!("{db}_{}", role.trim_start_matches("claimonce_"))
+}
+
 /// Creates a login user granted `role` (roles are per server, so the user is named after
 /// the test database), unless it exists, and returns a URL to the test database as that user,
 /// the way the code under test connects: through PgBouncer in the pooled pass.
 pub async fn login_with(db: &TestDb, role: &str) -> String {
-    let user = format!("{}_{}", db.name, role.trim_start_matches("claimonce_"));
+    let user = login_name(&db.name, role);
     db.client()
         .await
         .batch_execute(&format!(
