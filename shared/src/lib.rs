@@ -23,7 +23,7 @@ pub mod verify;
 
 pub use lambda::{run_from_env, serve};
 pub use pipeline::{Effect, Forwardable, Param};
-pub use provider::{EventId, Parsed, Provider, Signed, Unsigned};
+pub use provider::{EventId, MAX_EVENT_ID_LEN, Parsed, Provider, Signed, Unsigned};
 pub use receiver::{Admitted, Limits, Receiver};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].

@@ -58,9 +58,24 @@ pub struct Effect {
     with_claim: bool,
 }
 
-/// The function [`Effect::forward`] calls (migration V8): it inserts the event into the
-/// outbox, tagged with the claim's provider and event id.
-pub const FORWARD_FUNCTION: &str = "claimonce_forward_v1";
+/// The function [`Effect::forward`] calls (migration V12): it inserts the signed body into the
+/// outbox with the header that signed it, tagged with the claim's provider and event id.
+pub const FORWARD_FUNCTION: &str = "claimonce_forward_v2";
+
+/// The largest message an SQS queue takes, body and attributes together (1 MiB since AWS
+/// raised the limit in August 2025; the template sets the outbox queue's `MaximumMessageSize`
+/// to it).
+pub const SQS_MESSAGE_LIMIT: usize = 1_048_576;
+
+/// What a forwarded message's attributes may take beside its body: the relay's seven
+/// attributes with their longest values (topic 128 bytes, signature header 64 and value 256,
+/// provider and event id 255 each, as [`FORWARD_FUNCTION`] and [`crate::EventId`] bound
+/// them) come to about 1,300 bytes with their names and types.
+pub const FORWARD_ATTRIBUTE_ROOM: usize = 2048;
+
+/// The largest body a receiver forwards: a longer one is answered 413 and writes nothing,
+/// because the relay could never send it. This is the one place the limit is stated.
+pub const FORWARD_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - FORWARD_ATTRIBUTE_ROOM;
 
 impl Effect {
     /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
@@ -73,13 +88,18 @@ impl Effect {
     }
 
     /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
-    /// queue: "verified, exactly once, onto a queue", with no table of the provider's own.
+    /// queue: "verified, exactly once, onto a queue", with no table of the provider's own. The
+    /// relay sends the signed bytes as they arrived, with the signature header
+    /// ([`Forwardable::signed_by`]), so a consumer can verify them.
     pub fn forward(topic: String, event: Forwardable) -> Self {
+        let (header, value) = event.signature.unzip();
         Self {
             function: FORWARD_FUNCTION,
             params: vec![
                 Param::new(topic, Type::TEXT),
-                Param::new(event.0, Type::TEXT),
+                Param::new(event.body, Type::TEXT),
+                Param::new(header, Type::TEXT),
+                Param::new(value, Type::TEXT),
             ],
             with_claim: true,
         }
@@ -91,16 +111,30 @@ impl Effect {
     }
 }
 
-/// A signed body the outbox can store as `jsonb`: UTF-8 JSON with no NUL in any string and no
-/// number outside `numeric`'s range (PostgreSQL's `jsonb` refuses `\u0000`, and `1e-200000`
-/// or `1e200000` with 22003; a signed event it refused would be answered 500 and retried
-/// forever).
+/// A signed body the outbox can store and the relay can send: at most [`FORWARD_BODY_LIMIT`]
+/// bytes of UTF-8 JSON with no NUL in any string and no number outside `numeric`'s range
+/// (PostgreSQL's `jsonb` refuses `\u0000`, and `1e-200000` or `1e200000` with 22003; a signed
+/// event it refused would be answered 500 and retried forever).
 #[derive(Debug, Clone)]
-pub struct Forwardable(String);
+pub struct Forwardable {
+    body: String,
+    signature: Option<(String, String)>,
+}
+
+/// Longest signature header name and value kept with a forward (migration V12 bounds both).
+const MAX_SIGNATURE_HEADER: usize = 64;
+const MAX_SIGNATURE: usize = 256;
 
 impl Forwardable {
-    /// Checks `body`; a refusal is a 400 (`invalid-payload`).
+    /// Checks `body`; a refusal is a 400 (`invalid-payload`), or a 413 (`payload-too-large`)
+    /// for a body longer than [`FORWARD_BODY_LIMIT`].
     pub fn new(body: &[u8]) -> Result<Self, Rejection> {
+        if body.len() > FORWARD_BODY_LIMIT {
+            return Err(Rejection::new(
+                Problem::PayloadTooLarge,
+                "a forwarded event is at most 1046528 bytes, what a queue message holds",
+            ));
+        }
         fn holds_nul(value: &serde_json::Value) -> bool {
             use serde_json::Value;
             match value {
@@ -124,7 +158,24 @@ impl Forwardable {
                 "the body carries a number outside the range PostgreSQL can store",
             ));
         }
-        Ok(Self(text.to_owned()))
+        Ok(Self {
+            body: text.to_owned(),
+            signature: None,
+        })
+    }
+
+    /// Keeps the header that signed the body (its canonical name, such as
+    /// `X-Hub-Signature-256`, and its value as it arrived), so a consumer can verify the
+    /// message. A value too long to keep is a 400: no verifier accepts one that long.
+    pub fn signed_by(mut self, header: &'static str, value: &str) -> Result<Self, Rejection> {
+        if header.len() > MAX_SIGNATURE_HEADER || value.len() > MAX_SIGNATURE {
+            return Err(Rejection::new(
+                Problem::MalformedSignature,
+                "the signature header is too long",
+            ));
+        }
+        self.signature = Some((header.to_owned(), value.to_owned()));
+        Ok(self)
     }
 }
 
@@ -330,7 +381,7 @@ mod tests {
         assert_eq!(
             statement(Some(&Effect::forward("github.ping".into(), body))),
             "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
-             claimonce_forward_v1($1, $2, $5, $6) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+             claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
         );
     }
 
@@ -365,5 +416,37 @@ mod tests {
                 Problem::InvalidPayload
             );
         }
+    }
+
+    #[test]
+    fn a_forward_the_queue_could_not_hold_is_413_and_one_at_the_limit_is_kept() {
+        let sized = |len: usize| {
+            let mut body = br#"{"pad":""#.to_vec();
+            body.resize(len - 2, b'x');
+            body.extend_from_slice(br#""}"#);
+            body
+        };
+        assert!(Forwardable::new(&sized(FORWARD_BODY_LIMIT)).is_ok());
+        let refused = Forwardable::new(&sized(FORWARD_BODY_LIMIT + 1)).expect_err("too large");
+        assert_eq!(refused.problem, Problem::PayloadTooLarge);
+        assert!(
+            refused.detail.contains(&FORWARD_BODY_LIMIT.to_string()),
+            "the answer names the limit: {}",
+            refused.detail
+        );
+        let signed = Forwardable::new(b"{}").expect("JSON");
+        assert!(
+            signed
+                .clone()
+                .signed_by("X-Hub-Signature-256", &"a".repeat(256))
+                .is_ok()
+        );
+        assert_eq!(
+            signed
+                .signed_by("X-Hub-Signature-256", &"a".repeat(257))
+                .expect_err("too long")
+                .problem,
+            Problem::MalformedSignature
+        );
     }
 }

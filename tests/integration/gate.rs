@@ -58,12 +58,13 @@ const RESEND_EFFECTS: [&str; 2] = [
     "SELECT resend_record_v2('msg_x', 'em_x', 'email.bounced', '{x@example.com}', \
      '2026-11-30T00:00:00Z', 'bounced')",
 ];
-const GITHUB_EFFECTS: [&str; 3] = [
+const GITHUB_EFFECTS: [&str; 4] = [
     "SELECT github_keep_installation_v1(1, 'octo', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
      0::smallint, '{}', '{}', '{}')",
     "SELECT github_keep_installation_v2(1, 'octo', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
      0::smallint, '{}', '{}', '{}')",
     "SELECT claimonce_forward_v1('github', 'body_x', 'github.issues', '{}')",
+    "SELECT claimonce_forward_v2('github', 'body_x', 'github.issues', '{}', NULL, NULL)",
 ];
 
 #[tokio::test]
@@ -209,6 +210,12 @@ async fn one_providers_login_can_neither_claim_nor_apply_for_another() {
         // Its own claim won, a forward under another of its own events' identity.
         "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_3', 'issues', NULL); \
          SELECT claimonce_forward_v1('github', 'body_other', 'github.issues', '{}'); COMMIT",
+        // The same two through the forward that keeps the signed bytes.
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_4', 'issues', NULL); \
+         SELECT claimonce_forward_v2('stripe', 'body_4', 'stripe.x', '{}', NULL, NULL); COMMIT",
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_5', 'issues', NULL); \
+         SELECT claimonce_forward_v2('github', 'body_other', 'github.issues', '{}', NULL, NULL); \
+         COMMIT",
     ] {
         assert_eq!(sqlstate(&github, sql).await, DENIED, "{sql}");
         github.batch_execute("ROLLBACK").await.expect("end it");
@@ -287,6 +294,7 @@ async fn each_provider_delivers_as_its_own_login() {
 #[tokio::test]
 async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() {
     let db = TestDb::new().await;
+    db.direct_because("reads the catalog; nothing under test connects");
     let client = db.client().await;
     let rows = client
         .query(
@@ -303,6 +311,7 @@ async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() 
         [
             "claimonce_claim_v1",
             "claimonce_forward_v1",
+            "claimonce_forward_v2",
             "claimonce_take_claim_v1",
             "github_keep_installation_v1",
             "github_keep_installation_v2",
@@ -333,4 +342,58 @@ async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() 
             "{name}: {config:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn both_releases_forward_and_relay_while_v12_rolls_out() {
+    let db = TestDb::new().await;
+    let github = session_as(&db, "claimonce_github").await;
+    let signed = "{\"b\":1,  \"a\":2}\n";
+    // The previous release's receiver (forward_v1) and this one's (forward_v2), side by side.
+    github
+        .batch_execute(&format!(
+            "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_old', 'issues', NULL); \
+             SELECT claimonce_forward_v1('github', 'body_old', 'github.issues', '{signed}'); \
+             COMMIT; \
+             BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_new', 'issues', NULL); \
+             SELECT claimonce_forward_v2('github', 'body_new', 'github.issues', '{signed}', \
+             'X-Hub-Signature-256', 'sha256=00'); COMMIT"
+        ))
+        .await
+        .expect("both forwards are open to the github login");
+    // The previous release's relay reads `payload` of both rows, as it always did.
+    let relay = session_as(&db, "claimonce_relay").await;
+    let old: Vec<(String, String)> = relay
+        .query(
+            "SELECT event_id, payload::text FROM outbox WHERE dispatched_at IS NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("the previous relay's read")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        old,
+        [
+            ("body_old".to_owned(), r#"{"a": 2, "b": 1}"#.to_owned()),
+            ("body_new".to_owned(), r#"{"a": 2, "b": 1}"#.to_owned()),
+        ]
+    );
+    // This release's relay sends the signed bytes where the row has them, the envelope where
+    // a previous receiver wrote none.
+    let rows: Vec<(Option<String>, Option<String>)> = relay
+        .query("SELECT body, signature FROM outbox ORDER BY id", &[])
+        .await
+        .expect("the new columns are the relay's to read")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (None, None),
+            (Some(signed.to_owned()), Some("sha256=00".to_owned()))
+        ]
+    );
 }

@@ -21,6 +21,8 @@ use serde::Deserialize;
 
 /// The header GitHub signs with (lower case, as `http` stores header names).
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+/// Its name as GitHub writes it, as a forwarded message names it.
+const SIGNATURE_HEADER_NAME: &str = "X-Hub-Signature-256";
 /// GitHub's event name (unsigned).
 pub const EVENT_HEADER: &str = "x-github-event";
 /// GitHub's id of the delivery (unsigned); a redelivery repeats it.
@@ -97,6 +99,10 @@ struct InstallationBody {
     installation: InstallationObject,
     #[serde(default)]
     repositories: Option<Vec<Repository>>,
+    /// Present only in `installation_repositories` bodies: how the event name is held to the
+    /// body it came with.
+    #[serde(default)]
+    repositories_added: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +148,9 @@ struct Repository {
 #[derive(Deserialize)]
 struct WithAction {
     action: Option<String>,
+    /// `zen` and `hook_id` together make a `ping` body.
+    zen: Option<serde::de::IgnoredAny>,
+    hook_id: Option<serde::de::IgnoredAny>,
 }
 
 fn invalid(detail: &'static str) -> Rejection {
@@ -172,6 +181,11 @@ pub fn parse_event(
         "installation" => {
             let b: InstallationBody = serde_json::from_slice(body)
                 .map_err(|_| invalid("the body is not an installation event"))?;
+            if b.repositories_added.is_some() {
+                return Err(invalid(
+                    "the body is an installation_repositories event, not an installation event",
+                ));
+            }
             let (state, rank) = match b.action.as_str() {
                 "created" => ("active", 0),
                 "deleted" => ("deleted", 2),
@@ -182,7 +196,7 @@ pub fn parse_event(
                 }
                 "new_permissions_accepted" => ("active", 1),
                 // An action this receiver does not know changes no state: handed on.
-                _ => return forward(name, Some(b.action), signed, delivery_id),
+                _ => return forward(name, Some(b.action), signed, unsigned, delivery_id),
             };
             let added = b.repositories.unwrap_or_default();
             let installation = installation(b.installation, state, rank, added, Vec::new())?;
@@ -192,7 +206,7 @@ pub fn parse_event(
             let b: RepositoriesBody = serde_json::from_slice(body)
                 .map_err(|_| invalid("the body is not an installation_repositories event"))?;
             if !matches!(b.action.as_str(), "added" | "removed") {
-                return forward(name, Some(b.action), signed, delivery_id);
+                return forward(name, Some(b.action), signed, unsigned, delivery_id);
             }
             let state = if b.installation.suspended_at.is_some() {
                 "suspended"
@@ -209,25 +223,35 @@ pub fn parse_event(
             (Some(b.action), GitHubEvent::Installation(installation))
         }
         other => {
-            let action = serde_json::from_slice::<WithAction>(body)
-                .map_err(|_| invalid("the body is not a GitHub event"))?
-                .action;
-            return forward(other, action, signed, delivery_id);
+            let b = serde_json::from_slice::<WithAction>(body)
+                .map_err(|_| invalid("the body is not a GitHub event"))?;
+            if b.zen.is_some() && b.hook_id.is_some() {
+                return Err(invalid(
+                    "the body is a ping event, sent under another event name",
+                ));
+            }
+            return forward(other, b.action, signed, unsigned, delivery_id);
         }
     };
     parsed(name, action, signed, delivery_id, event)
 }
 
-/// An event with no effect of its own, handed to the outbox unchanged.
+/// An event with no effect of its own, handed to the outbox unchanged, with the signature
+/// that covers it.
 fn forward(
     name: &str,
     action: Option<String>,
     signed: &Signed<'_>,
+    unsigned: &Unsigned<'_>,
     delivery_id: Option<EventId>,
 ) -> Result<Parsed<GitHubEvent>, Rejection> {
+    let mut body = Forwardable::new(signed.body())?;
+    if let Some(signature) = unsigned.header(SIGNATURE_HEADER)? {
+        body = body.signed_by(SIGNATURE_HEADER_NAME, signature)?;
+    }
     let event = GitHubEvent::Forward {
         topic: format!("github.{name}"),
-        body: Forwardable::new(signed.body())?,
+        body,
     };
     parsed(name, action, signed, delivery_id, event)
 }
@@ -432,6 +456,34 @@ mod tests {
             panic!("forwarded");
         };
         assert_eq!(effect.function(), claimonce::pipeline::FORWARD_FUNCTION);
+    }
+
+    #[test]
+    fn an_event_name_cannot_move_a_body_to_another_effect() {
+        // A body replayed under another X-GitHub-Event (unsigned) after its ledger row is gone
+        // must not reach an effect its own event never had.
+        let repositories = br#"{"action":"added","installation":{"id":42,
+            "account":{"login":"octo-org","id":9},"repository_selection":"selected",
+            "updated_at":"2024-05-01T10:00:00Z"},
+            "repositories_added":[{"id":1,"full_name":"octo-org/a"}],"repositories_removed":[]}"#;
+        assert!(matches!(
+            parse("installation_repositories", repositories)
+                .expect("its own name")
+                .event,
+            GitHubEvent::Installation(_)
+        ));
+        let ping = br#"{"zen":"Design for failure.","hook_id":1,"hook":{"id":1}}"#;
+        for (name, body) in [
+            ("installation", &repositories[..]),
+            ("push", ping),
+            ("issues", ping),
+        ] {
+            assert_eq!(
+                parse(name, body).expect_err("refused").problem,
+                Problem::InvalidPayload,
+                "{name}"
+            );
+        }
     }
 
     #[test]

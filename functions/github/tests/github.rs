@@ -610,3 +610,145 @@ async fn a_forwarded_number_jsonb_cannot_store_is_a_400_that_writes_nothing() {
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
 }
+
+/// The relay's SQS dispatcher, pointed at the harness's recorder in place of SQS.
+async fn sqs_at(endpoint: &str, queue: &str) -> outbox_relay::sqs::Sqs {
+    let aws = claimonce::auth::aws_config()
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        ))
+        .load()
+        .await;
+    outbox_relay::sqs::Sqs::new(&aws, queue)
+}
+
+/// One relay run over everything pending, to `sqs`.
+async fn relay_to(db: &TestDb, sqs: &outbox_relay::sqs::Sqs) -> outbox_relay::Report {
+    let settings = db.settings();
+    let client = settings.connect().await.expect("connect");
+    let budget = claimonce::scheduled::Budget::until(
+        std::time::Instant::now() + std::time::Duration::from_secs(60),
+    );
+    let options = outbox_relay::Options::default();
+    outbox_relay::relay(&client, settings.timeouts(), &options, sqs, &budget).await
+}
+
+const QUEUE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/claimonce-outbox.fifo";
+
+#[tokio::test]
+async fn a_forward_leaves_as_the_signed_bytes_and_a_replay_under_another_name_keeps_its_key() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    // Spacing, key order, a repeated key, a trailing zero and a final newline: all of which
+    // jsonb would have changed, and with them the bytes the signature covers.
+    let body = b"{\"action\":\"opened\",  \"zeta\":1,\"alpha\":{\"b\":2,\"a\":1},\"alpha\":3,\"n\":1.50}\n";
+    assert_eq!(
+        deliver(&receiver, "issues", "d1", body).await,
+        (200, "processed".into())
+    );
+    // The ledger row gone, as after a window an operator shortened (what the sweep deletes),
+    // the captured body replayed under another, unsigned, event name.
+    db.client()
+        .await
+        .batch_execute("DELETE FROM processed_events")
+        .await
+        .expect("sweep the ledger");
+    assert_eq!(
+        deliver(&receiver, "pull_request", "d2", body).await,
+        (200, "processed".into())
+    );
+    let event_id: String = db
+        .client()
+        .await
+        .query_one("SELECT DISTINCT event_id FROM outbox", &[])
+        .await
+        .expect("both forwards carry one event id")
+        .get(0);
+
+    let recorder = claimonce_tests::recorder::Recorder::sqs(&[]).await;
+    let report = relay_to(&db, &sqs_at(&recorder.url, QUEUE).await).await;
+    let errors: Vec<Option<String>> = db
+        .client()
+        .await
+        .query("SELECT last_error FROM outbox", &[])
+        .await
+        .expect("errors")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        (report.dispatched, report.failed),
+        (2, 0),
+        "{report:?} {errors:?}"
+    );
+    let sent = recorder.requests();
+    assert_eq!(sent.len(), 2);
+    let key = format!("github:{event_id}");
+    for (request, topic) in sent.iter().zip(["github.issues", "github.pull_request"]) {
+        let message = request.json();
+        let attribute = |name: &str| {
+            message["MessageAttributes"][name]["StringValue"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(
+            message["MessageBody"].as_str().map(str::as_bytes),
+            Some(&body[..]),
+            "the message is the signed bytes, exactly"
+        );
+        assert_eq!(attribute("signature-header"), "X-Hub-Signature-256");
+        assert_eq!(
+            attribute("signature"),
+            sign(SECRET, body),
+            "a consumer holding the secret verifies the message as the receiver did"
+        );
+        assert_eq!(attribute("topic"), topic);
+        assert_eq!(attribute("provider"), "github");
+        // The replay's key is the first forward's: a consumer that keeps its keys applies the
+        // body once, whatever name it came under the second time.
+        assert_eq!(attribute("idempotency-key"), key);
+        assert_eq!(message["MessageDeduplicationId"], key.as_str());
+    }
+}
+
+#[tokio::test]
+async fn a_forward_no_queue_message_could_hold_is_413_and_writes_nothing() {
+    use claimonce::pipeline::FORWARD_BODY_LIMIT;
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github());
+    let sized = |len: usize| {
+        let mut body = br#"{"action":"opened","pad":""#.to_vec();
+        body.resize(len - 2, b'x');
+        body.extend_from_slice(br#""}"#);
+        body
+    };
+    // Within the receiver's 1 MiB, beyond what the relay could send with its attributes.
+    let over = sized(FORWARD_BODY_LIMIT + 1);
+    assert_eq!(
+        deliver(&receiver, "issues", "big", &over).await,
+        (413, "payload-too-large".into())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
+    // At the limit: accepted and sent whole.
+    let at = sized(FORWARD_BODY_LIMIT);
+    assert_eq!(
+        deliver(&receiver, "issues", "limit", &at).await,
+        (200, "processed".into())
+    );
+    let recorder = claimonce_tests::recorder::Recorder::sqs(&[]).await;
+    let report = relay_to(&db, &sqs_at(&recorder.url, QUEUE).await).await;
+    assert_eq!(report.dispatched, 1, "{report:?}");
+    let sent = recorder.requests();
+    assert_eq!(
+        sent[0].json()["MessageBody"].as_str().map(str::len),
+        Some(FORWARD_BODY_LIMIT)
+    );
+}

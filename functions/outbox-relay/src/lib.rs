@@ -1,5 +1,10 @@
 //! The outbox relay: hands the messages that webhook effects wrote to `outbox` (in their
-//! claim transaction) on to another system, each once, with the row id as its idempotency key.
+//! claim transaction) on to another system, each once, with an idempotency key: the row id, or
+//! for a forwarded event the event's own identity (`<provider>:<event id>`).
+//!
+//! Two kinds of message. A forwarded event (a row with `body`, migration V12) is sent as the
+//! bytes its sender signed, exactly, with the signature header beside it, so a consumer can
+//! verify it as a receiver would. Any other row is sent as a JSON envelope around its payload.
 //!
 //! One run claims a batch of undispatched rows with `SELECT … FOR UPDATE SKIP LOCKED` in a
 //! transaction, gives each row to a [`Dispatch`], marks the sent ones `dispatched_at = now()`,
@@ -51,6 +56,10 @@ pub struct OutboxRow {
     pub provider: Option<String>,
     /// That event's id, if any.
     pub event_id: Option<String>,
+    /// True when `payload` is a forwarded event's signed body, exactly as it arrived.
+    pub signed_body: bool,
+    /// The header that signed it and its value (`X-Hub-Signature-256`, `sha256=...`).
+    pub signature: Option<(String, String)>,
 }
 
 #[derive(Serialize)]
@@ -64,14 +73,54 @@ struct Envelope<'a> {
 }
 
 impl OutboxRow {
-    /// The idempotency key consumers deduplicate on: the row id, in decimal.
+    /// The idempotency key consumers deduplicate on. A forwarded event's is its ledger identity,
+    /// `<provider>:<event id>`: the same for every copy of that event, however it came (a
+    /// GitHub body replayed under another `X-GitHub-Event` after its ledger row was swept
+    /// carries the key of its first forward). Any other row's is its id, in decimal.
     pub fn idempotency_key(&self) -> String {
-        self.id.to_string()
+        match (self.signed_body, &self.provider, &self.event_id) {
+            (true, Some(provider), Some(event_id)) => format!("{provider}:{event_id}"),
+            _ => self.id.to_string(),
+        }
     }
 
-    /// The message as sent: `{"id", "topic", "created_at", "provider", "event_id", "payload"}`,
-    /// the payload verbatim. `None` only if the payload is not JSON, which `jsonb` rules out.
+    /// The message attributes sent beside the body: its key and topic; for a forwarded event
+    /// also its provider, event id, when it was written and the signature header.
+    pub fn attributes(&self) -> Vec<(&'static str, String)> {
+        let mut attributes = vec![
+            ("idempotency-key", self.idempotency_key()),
+            ("topic", self.topic.clone()),
+        ];
+        if self.signed_body {
+            attributes.extend(self.provider.clone().map(|p| ("provider", p)));
+            attributes.extend(self.event_id.clone().map(|e| ("event-id", e)));
+            attributes.push(("created-at", self.created_at.clone()));
+            if let Some((header, value)) = &self.signature {
+                attributes.push(("signature-header", header.clone()));
+                attributes.push(("signature", value.clone()));
+            }
+        }
+        attributes
+    }
+
+    /// The message's size as SQS counts it against its limit: the body, and each attribute's
+    /// name, data type (`String`) and value.
+    pub fn message_size(&self) -> Option<usize> {
+        let attributes: usize = self
+            .attributes()
+            .iter()
+            .map(|(name, value)| name.len() + "String".len() + value.len())
+            .sum();
+        Some(self.message_body()?.len() + attributes)
+    }
+
+    /// The message as sent. A forwarded event: its signed body, verbatim. Any other row:
+    /// `{"id", "topic", "created_at", "provider", "event_id", "payload"}`, the payload
+    /// verbatim. `None` only if an envelope's payload is not JSON, which `jsonb` rules out.
     pub fn message_body(&self) -> Option<String> {
+        if self.signed_body {
+            return Some(self.payload.clone());
+        }
         let payload: &RawValue = serde_json::from_str(&self.payload).ok()?;
         serde_json::to_string(&Envelope {
             id: self.idempotency_key(),
@@ -190,9 +239,9 @@ impl Report {
 // Rows after the run's cursor, in id order, skipping any another relay holds, any set aside,
 // and any whose backoff has not passed. The cursor makes a run visit each row at most once, and
 // the backoff keeps a failing row from being tried first by every run, ahead of the rest.
-const CLAIM: &str = "SELECT id, topic, payload::text, \
+const CLAIM: &str = "SELECT id, topic, COALESCE(body, payload::text), \
      to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
-     attempts, provider, event_id \
+     attempts, provider, event_id, body IS NOT NULL, signature_header, signature \
      FROM outbox WHERE dispatched_at IS NULL AND dead_at IS NULL \
      AND (next_attempt_at IS NULL OR next_attempt_at <= now()) AND id > $1 ORDER BY id LIMIT $2 \
      FOR UPDATE SKIP LOCKED";
@@ -284,6 +333,10 @@ async fn run_batch<D: Dispatch>(
             attempts: row.try_get(4)?,
             provider: row.try_get(5)?,
             event_id: row.try_get(6)?,
+            signed_body: row.try_get(7)?,
+            signature: row
+                .try_get::<_, Option<String>>(8)?
+                .zip(row.try_get::<_, Option<String>>(9)?),
         };
         if !budget.allows_more() {
             // Unsent rows are released at COMMIT, untouched, for the next run.
@@ -572,7 +625,58 @@ mod tests {
             attempts: 0,
             provider: Some("stripe".into()),
             event_id: Some("evt_1".into()),
+            signed_body: false,
+            signature: None,
         }
+    }
+
+    #[test]
+    fn a_forwarded_event_is_its_signed_bytes_keyed_by_its_identity() {
+        let signed = r#"{"b":1,  "a":[2,2], "a":3}
+"#;
+        let forwarded = OutboxRow {
+            topic: "github.issues".into(),
+            provider: Some("github".into()),
+            event_id: Some("ab".repeat(32)),
+            signed_body: true,
+            signature: Some(("X-Hub-Signature-256".into(), "sha256=00".into())),
+            ..row(signed)
+        };
+        assert_eq!(forwarded.message_body().as_deref(), Some(signed));
+        assert_eq!(
+            forwarded.idempotency_key(),
+            format!("github:{}", "ab".repeat(32))
+        );
+        let names: Vec<&str> = forwarded.attributes().iter().map(|a| a.0).collect();
+        assert_eq!(
+            names,
+            [
+                "idempotency-key",
+                "topic",
+                "provider",
+                "event-id",
+                "created-at",
+                "signature-header",
+                "signature"
+            ]
+        );
+        assert_eq!(row("{}").idempotency_key(), "42");
+    }
+
+    #[test]
+    fn the_largest_forward_a_receiver_accepts_fits_one_sqs_message() {
+        use claimonce::pipeline::{FORWARD_BODY_LIMIT, SQS_MESSAGE_LIMIT};
+        // Every attribute at the longest the receivers and migration V12 let through.
+        let largest = OutboxRow {
+            topic: "t".repeat(128),
+            provider: Some("p".repeat(claimonce::MAX_EVENT_ID_LEN)),
+            event_id: Some("e".repeat(claimonce::MAX_EVENT_ID_LEN)),
+            signed_body: true,
+            signature: Some(("h".repeat(64), "s".repeat(256))),
+            ..row(&"x".repeat(FORWARD_BODY_LIMIT))
+        };
+        let size = largest.message_size().expect("a body");
+        assert!(size <= SQS_MESSAGE_LIMIT, "{size} > {SQS_MESSAGE_LIMIT}");
     }
 
     #[test]

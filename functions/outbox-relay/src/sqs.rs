@@ -1,10 +1,11 @@
 //! The production dispatcher: Amazon SQS.
 //!
-//! Every message carries the outbox row id as the `idempotency-key` message attribute (and in
-//! its body). On a FIFO queue (URL ending in `.fifo`) the id is also the
-//! `MessageDeduplicationId`, so a resend within SQS's five-minute window is dropped by SQS
-//! itself, and the `MessageGroupId`, so messages are not held behind one another (the outbox
-//! promises no order).
+//! Every message carries its idempotency key as the `idempotency-key` message attribute (and
+//! an envelope carries it in its body too), with the attributes [`OutboxRow::attributes`]
+//! lists. On a FIFO queue (URL ending in `.fifo`) the key is also the `MessageDeduplicationId`,
+//! so a resend within SQS's five-minute window is dropped by SQS itself, and the
+//! `MessageGroupId`, so messages are not held behind one another (the outbox promises no
+//! order). Both take at most 128 characters: a longer key is sent as its SHA-256, in hex.
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -44,6 +45,16 @@ impl Sqs {
     }
 }
 
+/// A FIFO deduplication or group id: the key itself when it fits SQS's 128 characters.
+fn fifo_id(key: &str) -> String {
+    use sha2::Digest as _;
+    if key.len() <= 128 {
+        key.to_owned()
+    } else {
+        claimonce::verify::lower_hex(sha2::Sha256::digest(key.as_bytes()).as_slice())
+    }
+}
+
 fn attribute(value: &str) -> Result<MessageAttributeValue, String> {
     MessageAttributeValue::builder()
         .data_type("String")
@@ -56,7 +67,6 @@ impl Dispatch for Sqs {
     type Error = String;
 
     async fn send(&self, row: &OutboxRow) -> Result<(), String> {
-        let key = row.idempotency_key();
         let body = row
             .message_body()
             .ok_or_else(|| "the payload is not JSON".to_owned())?;
@@ -64,10 +74,12 @@ impl Dispatch for Sqs {
             .client
             .send_message()
             .queue_url(&self.queue_url)
-            .message_body(body)
-            .message_attributes("idempotency-key", attribute(&key)?)
-            .message_attributes("topic", attribute(&row.topic)?);
+            .message_body(body);
+        for (name, value) in row.attributes() {
+            request = request.message_attributes(name, attribute(&value)?);
+        }
         if self.fifo {
+            let key = fifo_id(&row.idempotency_key());
             request = request
                 .message_deduplication_id(&key)
                 .message_group_id(&key);
