@@ -91,30 +91,27 @@ pub fn lock_backoff(n: u32) -> Duration {
     Duration::from_millis(250u64.saturating_mul(1 << n.saturating_sub(1).min(3)))
 }
 
-/// [`apply`] with the server-side [`Bounds`] in force for the whole run. They are set on the
-/// session, which the run owns: a migration connection is made for one run and dropped after
-/// it, so pinning it (behind RDS Proxy) costs nothing. A migration refused its lock is rolled
-/// back by the server and tried again (see [`Bounds`]); what committed before it stays.
+/// [`apply`] with the server-side [`Bounds`] in force for every transaction of the run. They
+/// are set with `SET LOCAL` at the start of each transaction, not on the session: behind a
+/// transaction pooler (PgBouncer) consecutive transactions may run on different server
+/// connections, so a session `SET` could bound another transaction than the migration's and
+/// stay behind on a server connection that other clients then get. A migration refused its
+/// lock is rolled back by the server and tried again (see [`Bounds`]); what committed before
+/// it stays.
 pub async fn apply_within(
     client: &mut Client,
     migrations: &[Migration],
     bounds: Bounds,
 ) -> Result<Vec<i32>, MigrateError> {
-    client
-        .batch_execute(&format!(
-            "SET lock_timeout = {}; SET statement_timeout = {}",
-            bounds.lock.as_millis().max(1),
-            bounds.statement.as_millis().max(1)
-        ))
-        .await
-        .map_err(|error| MigrateError::Database {
-            version: None,
-            error,
-        })?;
+    let local = format!(
+        "SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+        bounds.lock.as_millis().max(1),
+        bounds.statement.as_millis().max(1)
+    );
     let mut applied = Vec::new();
     let mut attempt = 1;
     loop {
-        match apply_into(client, migrations, &mut applied).await {
+        match apply_into(client, migrations, &mut applied, Some(&local)).await {
             Err(MigrateError::Database { error, .. })
                 if attempt < bounds.lock_attempts
                     && error.code()
@@ -137,25 +134,34 @@ pub async fn apply(
     migrations: &[Migration],
 ) -> Result<Vec<i32>, MigrateError> {
     let mut applied = Vec::new();
-    apply_into(client, migrations, &mut applied).await?;
+    apply_into(client, migrations, &mut applied, None).await?;
     Ok(applied)
 }
 
-/// [`apply`], adding each version it applies to `applied` as it commits.
+/// [`apply`], adding each version it applies to `applied` as it commits; `bounds` (`SET LOCAL`
+/// statements) open every transaction.
 async fn apply_into(
     client: &mut Client,
     migrations: &[Migration],
     applied: &mut Vec<i32>,
+    bounds: Option<&str>,
 ) -> Result<(), MigrateError> {
     let db = |version| move |error| MigrateError::Database { version, error };
-    client.batch_execute(BOOKKEEPING).await.map_err(db(None))?;
+    let bounds = bounds.unwrap_or("");
+    let tx = client.transaction().await.map_err(db(None))?;
+    tx.batch_execute(&format!("{bounds}; {BOOKKEEPING}"))
+        .await
+        .map_err(db(None))?;
+    tx.commit().await.map_err(db(None))?;
     let mut sorted = migrations.to_vec();
     sorted.sort_by_key(|m| m.version);
     for migration in sorted {
         let tx = client.transaction().await.map_err(db(None))?;
-        tx.batch_execute("LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE")
-            .await
-            .map_err(db(None))?;
+        tx.batch_execute(&format!(
+            "{bounds}; LOCK TABLE schema_migrations IN SHARE ROW EXCLUSIVE MODE"
+        ))
+        .await
+        .map_err(db(None))?;
         let checksum = Sha256::digest(migration.sql).to_vec();
         let recorded = tx
             .query_typed(

@@ -8,7 +8,11 @@
 //!
 //! With `CLAIMONCE_TEST_POOLER=pgbouncer` the receivers and function binaries (the code under
 //! test) connect through PgBouncer in transaction pooling mode, the local stand-in for RDS
-//! Proxy, while set-up and assertions still connect directly.
+//! Proxy, while set-up and assertions still connect directly. In that pass a test whose code
+//! under test never took the pooled URL ([`TestDb::function_url`], [`TestDb::receiver`], ...)
+//! fails when its database is dropped, unless it said why with [`TestDb::direct_because`]:
+//! so every test either runs through the pooler or names its reason, and the reasons are one
+//! `grep direct_because` away.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -90,6 +94,11 @@ async fn server() -> &'static Server {
                             ("fsync".into(), "off".into()),
                             ("synchronous_commit".into(), "off".into()),
                             ("full_page_writes".into(), "off".into()),
+                            // In the pooled pass every test database and login has a PgBouncer
+                            // pool of its own, which keeps its server connections open after
+                            // the test (server_idle_timeout); with the migrate tests pooled too
+                            // they passed 200 and refused logins.
+                            ("max_connections".into(), "1000".into()),
                         ],
                         ..Options::default()
                     };
@@ -139,7 +148,33 @@ pub struct TestDb {
     /// A URL to it (as the server's superuser), direct: for set-up and assertions.
     pub url: String,
     /// The URL the code under test uses: through PgBouncer in the pooled pass, else `url`.
-    pub function_url: String,
+    function_url: String,
+    /// Whether the code under test took the pooled URL, or why it runs direct.
+    route: std::sync::Mutex<Route>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Unused,
+    Pooled,
+    Direct(&'static str),
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let route = *self
+            .route
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pooled() && route == Route::Unused && !std::thread::panicking() {
+            panic!(
+                "{}: in the pooled pass nothing under test connected through the pooler; use \
+                 function_url(), receiver() or function_url_as(), or say why not with \
+                 direct_because()",
+                self.name
+            );
+        }
+    }
 }
 
 /// Short bounds, so that tests of failures finish quickly.
@@ -196,10 +231,44 @@ impl TestDb {
             Some(pooled) => with_database(pooled, &name),
             None => url.clone(),
         };
+        Self::at(name, url, function_url)
+    }
+
+    fn at(name: String, url: String, function_url: String) -> Self {
         Self {
+            name,
             url,
             function_url,
-            name,
+            route: std::sync::Mutex::new(Route::Unused),
+        }
+    }
+
+    /// A handle on a database another part of the test made (a migrate function's target), for
+    /// assertions only: it runs nothing under test, so it asks nothing of the pooled pass.
+    pub fn for_assertions(url: &str) -> Self {
+        let db = Self::at(String::new(), url.to_owned(), url.to_owned());
+        db.direct_because("a handle for assertions only");
+        db
+    }
+
+    /// The URL the code under test uses: through PgBouncer in the pooled pass, else `url`.
+    pub fn function_url(&self) -> &str {
+        self.mark(Route::Pooled);
+        &self.function_url
+    }
+
+    /// Says why this test's code under test connects directly in the pooled pass too.
+    pub fn direct_because(&self, reason: &'static str) {
+        self.mark(Route::Direct(reason));
+    }
+
+    fn mark(&self, route: Route) {
+        let mut held = self
+            .route
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *held == Route::Unused {
+            *held = route;
         }
     }
 
@@ -207,7 +276,7 @@ impl TestDb {
     /// `claimonce_<provider>`): through PgBouncer in the pooled pass.
     pub fn function_url_as(&self, provider: &str) -> String {
         crate::roles::url_as(
-            &self.function_url,
+            self.function_url(),
             &crate::roles::login_name(&self.name, provider),
         )
     }
@@ -217,6 +286,7 @@ impl TestDb {
     /// copied with a template. `prepare` runs on the empty database first, as its superuser.
     pub async fn migrated_beside(&self, suffix: &str, prepare: &str) -> TestDb {
         let name = format!("{}_{suffix}", self.name);
+        self.direct_because("the code under test runs on the database migrated beside it");
         self.client()
             .await
             .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
@@ -224,11 +294,7 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("create {name}: {e}"));
         let url = with_database(&self.url, &name);
         let function_url = with_database(&self.function_url, &name);
-        let db = TestDb {
-            name,
-            url,
-            function_url,
-        };
+        let db = TestDb::at(name, url, function_url);
         let mut admin = db.client().await;
         admin
             .batch_execute(prepare)
@@ -247,7 +313,7 @@ impl TestDb {
 
     /// Connection settings as a function would build them, with test timeouts.
     pub fn settings(&self) -> Settings {
-        Settings::from_url(&self.function_url, None, test_timeouts()).expect("valid test URL")
+        Settings::from_url(self.function_url(), None, test_timeouts()).expect("valid test URL")
     }
 
     /// A receiver for `provider` with its own connection, like one Lambda execution

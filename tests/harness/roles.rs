@@ -33,7 +33,7 @@ pub async fn login_with(db: &TestDb, role: &str) -> String {
         ))
         .await
         .unwrap_or_else(|e| panic!("create login {user}: {e}"));
-    url_as(&db.function_url, &user)
+    url_as(db.function_url(), &user)
 }
 
 #[cfg(test)]

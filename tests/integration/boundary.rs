@@ -25,7 +25,7 @@ struct Watched {
 
 impl Watched {
     async fn new(db: &TestDb) -> Self {
-        let (proxy, url) = WireProxy::in_front_of(&db.function_url).await;
+        let (proxy, url) = WireProxy::in_front_of(db.function_url()).await;
         let (receiver, logs) = receiver_at(&url, stripe());
         Self {
             receiver,

@@ -162,7 +162,7 @@ async fn crash_loop(table: &str, rounds: u64) -> String {
     let f = function("stripe");
     let binary = binaries().await.join(f.binary);
     let env = [
-        ("DATABASE_URL", db.function_url.as_str()),
+        ("DATABASE_URL", db.function_url()),
         (f.secret_var, f.dev_secret),
     ];
     let mut output = String::new();
@@ -370,7 +370,7 @@ async fn slow_twin(
     let timeouts = Timeouts::new(Duration::from_secs(2), Duration::from_secs(30));
     let environment = || {
         let settings =
-            Settings::from_url(&db.function_url, None, timeouts.clone()).expect("settings");
+            Settings::from_url(db.function_url(), None, timeouts.clone()).expect("settings");
         let (receiver, lines) = receiver_with(settings, stripe());
         (Arc::new(receiver), lines)
     };

@@ -16,7 +16,8 @@ use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::{Recorded, Recorder};
 use serde_json::{Value, json};
 
-/// A database with nothing in it, next to the test's own; returns its URL.
+/// A database with nothing in it, next to the test's own; returns its URL as the migrate
+/// function reaches it: through PgBouncer in the pooled pass, as it reaches RDS Proxy.
 async fn empty_database(db: &TestDb) -> String {
     let name = format!("{}_fresh", db.name);
     db.client()
@@ -24,7 +25,7 @@ async fn empty_database(db: &TestDb) -> String {
         .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
         .await
         .expect("create an empty database");
-    with_database(&db.url, &name)
+    with_database(db.function_url(), &name)
 }
 
 fn migrator(url: &str, migrations: &'static [Migration]) -> Migrator {
@@ -50,11 +51,7 @@ fn migrator_with(
 
 /// The database at `url`, for assertions.
 fn database_at(url: &str) -> TestDb {
-    TestDb {
-        name: String::new(),
-        function_url: url.to_owned(),
-        url: url.to_owned(),
-    }
+    TestDb::for_assertions(url)
 }
 
 fn request(kind: &str, response_url: &str) -> Value {
@@ -122,11 +119,7 @@ async fn a_create_applies_the_migrations_and_an_update_or_delete_changes_nothing
         body["StackId"],
         "arn:aws:cloudformation:us-east-1:123456789012:stack/claimonce/0a1b2c3d"
     );
-    let fresh = TestDb {
-        name: String::new(),
-        function_url: url.clone(),
-        url: url.clone(),
-    };
+    let fresh = TestDb::for_assertions(&url);
     assert_eq!(
         fresh.count("SELECT count(*) FROM schema_migrations").await,
         i64::try_from(claimonce_migrations::ALL.len()).expect("len")
@@ -212,11 +205,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
     }
     assert_eq!(body["Data"], json!({}));
     // The migrations before it were applied and recorded; the failed one left nothing.
-    let fresh_db = TestDb {
-        name: String::new(),
-        function_url: fresh.clone(),
-        url: fresh,
-    };
+    let fresh_db = TestDb::for_assertions(&fresh);
     assert_eq!(
         fresh_db
             .count("SELECT count(*) FROM schema_migrations")
@@ -275,7 +264,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
 #[tokio::test]
 async fn an_unreachable_response_url_fails_the_invocation_so_lambda_retries_it() {
     let db = TestDb::new().await;
-    let migrate = migrator(&db.url, claimonce_migrations::ALL);
+    let migrate = migrator(db.function_url(), claimonce_migrations::ALL);
     let refused = Recorder::start(|_| (403, "application/xml", "<Error/>".into())).await;
     let outcome = migrate.handle(&request("Update", &refused.url)).await;
     let error = outcome.expect_err("a response CloudFormation never got is an error");
@@ -356,11 +345,7 @@ async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds
     assert_eq!(body["Status"], "SUCCESS", "{body}");
     assert_eq!(body["Data"]["Applied"], "");
     assert_eq!(body["Data"]["Latest"], "99");
-    let fresh = TestDb {
-        name: String::new(),
-        function_url: url.clone(),
-        url,
-    };
+    let fresh = TestDb::for_assertions(&url);
     assert_eq!(
         fresh
             .count("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations'")
@@ -556,7 +541,11 @@ async fn a_migration_waiting_on_a_lock_does_not_make_an_unrelated_delivery_fail(
         sql: "ALTER TABLE customers ADD COLUMN note text",
     });
     // The shipped bounds: a lock wait shorter than a delivery's, tried again when refused.
-    let migrate = migrator_with(&db.url, more, claimonce_migrate::Options::default());
+    let migrate = migrator_with(
+        db.function_url(),
+        more,
+        claimonce_migrate::Options::default(),
+    );
     let migration = tokio::spawn(async move { migrate.apply().await });
     // Until the migration waits for its lock, every delivery that needs the table queues
     // behind it.

@@ -15,7 +15,12 @@ use claimonce_tests::sign::{
 #[tokio::test]
 async fn the_runner_applies_nothing_twice_and_refuses_an_edited_migration() {
     let db = TestDb::new().await;
-    let mut client = db.client().await;
+    // The runner as the migrate function runs it: through the pooler in the pooled pass.
+    let (mut client, connection) =
+        tokio_postgres::connect(db.function_url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+    tokio::spawn(connection);
     // The template already applied everything.
     let again = migrate::apply(&mut client, claimonce_local::migrations::ALL)
         .await
@@ -52,6 +57,7 @@ async fn the_runner_applies_nothing_twice_and_refuses_an_edited_migration() {
 #[tokio::test]
 async fn the_sql_files_apply_in_order_with_psql() {
     let db = TestDb::new().await;
+    db.direct_because("psql applies the files to the server, as an operator would by hand");
     let client = db.client().await;
     // An empty database next to the test's own.
     let empty = format!("{}_psql", db.name);
@@ -90,11 +96,7 @@ async fn the_sql_files_apply_in_order_with_psql() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let psql_db = TestDb {
-        name: empty,
-        function_url: url.clone(),
-        url,
-    };
+    let psql_db = TestDb::for_assertions(&url);
     let tables = psql_db
         .count(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN \

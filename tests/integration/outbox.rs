@@ -545,7 +545,7 @@ async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
     let mut command = api.command(
         &binaries().await.join("outbox-relay"),
         &[
-            ("DATABASE_URL", &db.function_url),
+            ("DATABASE_URL", db.function_url()),
             ("OUTBOX_QUEUE_URL", queue),
             ("AWS_ENDPOINT_URL_SQS", &sqs.url),
             ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),

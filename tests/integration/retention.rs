@@ -231,6 +231,7 @@ async fn as_role(client: &Client, role: &str, sql: &str) -> Result<u64, String> 
 #[tokio::test]
 async fn only_the_sweeper_role_may_delete_from_the_ledger_and_no_role_may_rewrite_it() {
     let db = TestDb::new().await;
+    db.direct_because("checks each role's privileges with SET ROLE; nothing under test runs");
     let client = db.client().await;
     ledger_rows(&client, "evt", 3, 100).await;
     let denied = Err("42501".to_owned());
@@ -329,7 +330,7 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
     let mut command = api.command(
         &binaries().await.join("retention-sweep"),
         &[
-            ("DATABASE_URL", &db.function_url),
+            ("DATABASE_URL", db.function_url()),
             ("RETENTION_DAYS", "90"),
             ("RETENTION_DAYS_GITHUB", "never"),
             ("SWEEP_BATCH_SIZE", "2"),

@@ -21,11 +21,11 @@ use stripe_webhook::Stripe;
 
 /// A receiver whose connection goes through a [`WireProxy`], and its captured log.
 async fn proxied(db: &TestDb, timeouts: Timeouts) -> (WireProxy, Receiver<Stripe>, Captured) {
-    let config = tokio_postgres::Config::from_str(&db.function_url).expect("url");
+    let config = tokio_postgres::Config::from_str(db.function_url()).expect("url");
     let upstream = config.get_ports().first().copied().expect("port");
     let proxy = WireProxy::start(upstream).await;
     let url = db
-        .function_url
+        .function_url()
         .replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
     let settings = Settings::from_url(&url, None, timeouts).expect("settings");
     let (receiver, lines) = receiver_with(settings, stripe());
@@ -114,6 +114,10 @@ async fn every_delivery_is_one_round_trip_with_one_unnamed_statement_and_no_set(
 #[tokio::test]
 async fn the_proxy_sees_what_a_pooler_would_pin() {
     let db = TestDb::new().await;
+    db.direct_because(
+        "sends what a transaction pooler cannot serve (named statements, SET) to show the \
+         proxy sees it",
+    );
     let config = tokio_postgres::Config::from_str(&db.url).expect("url");
     let upstream = config.get_ports().first().copied().expect("port");
     let proxy = WireProxy::start(upstream).await;
@@ -229,7 +233,7 @@ async fn a_lock_wait_is_bounded_by_the_effect_functions_lock_timeout() {
 #[tokio::test]
 async fn a_statement_is_bounded_by_the_login_roles_statement_timeout() {
     let db = TestDb::new().await;
-    let user = tokio_postgres::Config::from_str(&db.function_url)
+    let user = tokio_postgres::Config::from_str(db.function_url())
         .expect("url")
         .get_user()
         .expect("user")
@@ -381,6 +385,10 @@ async fn naive(client: &mut tokio_postgres::Client, id: &str) {
 #[tokio::test]
 async fn the_naive_shape_costs_six_times_as_many_round_trips() {
     let db = TestDb::new().await;
+    db.direct_because(
+        "the naive shape it counts prepares named statements, which a transaction pooler with \
+         prepared statements off does not serve",
+    );
     let config = tokio_postgres::Config::from_str(&db.url).expect("url");
     let upstream = config.get_ports().first().copied().expect("port");
     let proxy = WireProxy::start(upstream).await;
@@ -415,7 +423,7 @@ async fn the_pooled_pass_goes_through_the_pooler() {
             .copied()
             .expect("port")
     };
-    let client = Settings::from_url(&db.function_url, None, test_timeouts())
+    let client = Settings::from_url(db.function_url(), None, test_timeouts())
         .expect("settings")
         .connect()
         .await
@@ -428,8 +436,8 @@ async fn the_pooled_pass_goes_through_the_pooler() {
     let server_port = u16::try_from(server_port).expect("a port");
     assert_eq!(server_port, port(&db.url), "the server behind both URLs");
     if claimonce_tests::db::pooled() {
-        assert_ne!(port(&db.function_url), server_port, "through PgBouncer");
+        assert_ne!(port(db.function_url()), server_port, "through PgBouncer");
     } else {
-        assert_eq!(db.function_url, db.url);
+        assert_eq!(db.function_url(), db.url);
     }
 }

@@ -139,7 +139,7 @@ async fn a_runtime_api_that_fails_before_any_invocation_is_still_an_error() {
     let mut command = api.command(
         &binaries().await.join(stripe.binary),
         &[
-            ("DATABASE_URL", db.function_url.as_str()),
+            ("DATABASE_URL", db.function_url()),
             (stripe.secret_var, stripe.dev_secret),
             ("AWS_LAMBDA_RUNTIME_API", &format!("127.0.0.1:{port}")),
         ],
