@@ -8,7 +8,7 @@
 
 use claimonce::Problem;
 use claimonce::verify::Verify;
-use claimonce::verify::hub_signature::{self, HubSignature256};
+use claimonce::verify::body_hmac::{self, BodyHmac};
 use lambda_http::http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
@@ -17,8 +17,9 @@ use std::sync::LazyLock;
 const SECRETS: [&str; 2] = ["It's a Secret to Everybody", "claimonce-local-github-secret"];
 const HEADER: &str = "x-hub-signature-256";
 
-static VERIFIER: LazyLock<HubSignature256> =
-    LazyLock::new(|| HubSignature256::new(HEADER, &SECRETS).expect("secrets"));
+static VERIFIER: LazyLock<BodyHmac> = LazyLock::new(|| {
+    BodyHmac::new(HEADER, "sha256=", body_hmac::Encoding::LowerHex, &SECRETS).expect("secrets")
+});
 
 fn model(value: &HeaderValue, body: &[u8]) -> Result<(), Problem> {
     let value = value.to_str().map_err(|_| Problem::MalformedSignature)?.trim();
@@ -28,7 +29,7 @@ fn model(value: &HeaderValue, body: &[u8]) -> Result<(), Problem> {
         .ok_or(Problem::MalformedSignature)?;
     if SECRETS
         .iter()
-        .any(|secret| hub_signature::sign(secret, body) == format!("sha256={hex}"))
+        .any(|secret| body_hmac::sign(secret, body) == format!("sha256={hex}"))
     {
         Ok(())
     } else {

@@ -7,7 +7,7 @@
 //! a usable ledger key, and an effect queues statements exactly when it says it processed.
 #![no_main]
 
-use claimonce::verify::{hub_signature, standard_webhooks, timestamp_v1};
+use claimonce::verify::{body_hmac, standard_webhooks, timestamp_v1};
 use claimonce::pipeline::statement;
 use claimonce::{Admitted, Effect, Parsed, Problem, Rejection};
 use claimonce_fuzz::{GITHUB_SECRET, RECEIVERS, RESEND_SECRET, STRIPE_SECRET, unix_now};
@@ -83,7 +83,7 @@ fuzz_target!(|body: &[u8]| {
     }
 
     // GitHub: the event name is an unsigned header; each one reads the body its own way.
-    let signature = hub_signature::sign(GITHUB_SECRET, body);
+    let signature = body_hmac::sign(GITHUB_SECRET, body);
     for event in ["installation", "installation_repositories", "ping", "push"] {
         let github = request(
             &[

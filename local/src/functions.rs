@@ -5,17 +5,53 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use claimonce::verify::Sign;
+use claimonce::verify::body_hmac::{BodyHmac, Encoding};
+use claimonce::verify::standard_webhooks::StandardWebhooks;
+use claimonce::verify::timestamp_v1::TimestampV1;
 use serde::Deserialize;
 
-/// How a provider signs its deliveries.
+/// How a provider signs its deliveries: one of the shared crate's schemes, with what the
+/// provider's registry entry configures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     /// `t=…,v1=<hex>` in the named header (`timestamp-v1`).
     TimestampV1(&'static str),
     /// Standard Webhooks, `webhook-*` / `svix-*` headers (`standard-webhooks`).
     StandardWebhooks,
-    /// `sha256=<hex>` over the body in the named header (`hub-signature-256`).
-    HubSignature256(&'static str),
+    /// The HMAC-SHA256 of the body in one header, as a prefix and an encoding
+    /// (`body-hmac-sha256`: GitHub's `sha256=` and hex, Shopify's base64).
+    BodyHmac {
+        /// The lower-case header name.
+        header: &'static str,
+        /// What precedes the encoded tag.
+        prefix: &'static str,
+        /// How the tag is written.
+        encoding: Encoding,
+    },
+}
+
+impl Scheme {
+    /// The scheme's signer with `secret`: the shared crate's own type, which the provider
+    /// verifies with.
+    pub fn signer(&self, secret: &str) -> Result<Box<dyn Sign>, String> {
+        let no_secret = || "the scheme needs a secret".to_owned();
+        Ok(match *self {
+            Scheme::TimestampV1(header) => {
+                Box::new(TimestampV1::new(header, &[secret], 0).ok_or_else(no_secret)?)
+            }
+            Scheme::StandardWebhooks => {
+                Box::new(StandardWebhooks::new(&[secret], 0).map_err(|e| e.to_string())?)
+            }
+            Scheme::BodyHmac {
+                header,
+                prefix,
+                encoding,
+            } => {
+                Box::new(BodyHmac::new(header, prefix, encoding, &[secret]).ok_or_else(no_secret)?)
+            }
+        })
+    }
 }
 
 /// One provider function, as its crate's `[package.metadata.claimonce]` table declares it.
@@ -48,6 +84,10 @@ struct Entry {
     dev_secret: String,
     scheme: String,
     signature_header: Option<String>,
+    /// `body-hmac-sha256`: what precedes the tag (default none).
+    signature_prefix: Option<String>,
+    /// `body-hmac-sha256`: `hex` or `base64`.
+    signature_encoding: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +170,20 @@ fn read_registry() -> Result<Vec<Function>, String> {
         let scheme = match entry.scheme.as_str() {
             "timestamp-v1" => Scheme::TimestampV1(header()?),
             "standard-webhooks" => Scheme::StandardWebhooks,
-            "hub-signature-256" => Scheme::HubSignature256(header()?),
+            "body-hmac-sha256" => Scheme::BodyHmac {
+                header: header()?,
+                prefix: keep(entry.signature_prefix.clone().unwrap_or_default()),
+                encoding: match entry.signature_encoding.as_deref() {
+                    Some("hex") => Encoding::LowerHex,
+                    Some("base64") => Encoding::Base64,
+                    other => {
+                        return Err(format!(
+                            "{}: signature_encoding is hex or base64, not {other:?}",
+                            package.name
+                        ));
+                    }
+                },
+            },
             other => return Err(format!("{}: unknown scheme {other:?}", package.name)),
         };
         functions.push(Function {

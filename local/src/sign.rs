@@ -3,10 +3,9 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use claimonce::verify::{hub_signature, standard_webhooks, timestamp_v1};
 use serde_json::{Map, Value};
 
-use crate::functions::{self, Function, Scheme};
+use crate::functions::{self, Function};
 
 /// The route of an HTTP API (`rawPath`) or REST API (`path`) event.
 pub fn event_path(event: &Value) -> Option<&str> {
@@ -68,36 +67,26 @@ fn set_header(event: &mut Value, name: &str, value: &str) {
     }
 }
 
-/// Signs `event` for its route's function with that function's local secret, at `now`.
-/// Returns the function it was signed for.
+/// Signs `event` for its route's function with that function's local secret, at `now`, through
+/// the scheme's own signer. Returns the function it was signed for.
 pub fn resign(event: &mut Value, now: u64) -> Result<&'static Function, String> {
     let path = event_path(event).ok_or("the event has no rawPath or path")?;
     let function = functions::by_path(path)?.ok_or_else(|| format!("no function serves {path}"))?;
     let body = event_body(event)?;
-    match function.scheme {
-        Scheme::TimestampV1(name) => {
-            let signature = timestamp_v1::sign(function.dev_secret, now, &body);
-            set_header(event, name, &format!("t={now},v1={signature}"));
-        }
-        Scheme::HubSignature256(name) => {
-            set_header(
-                event,
-                name,
-                &hub_signature::sign(function.dev_secret, &body),
-            );
-        }
-        Scheme::StandardWebhooks => {
-            let (prefix, id) = match (header(event, "webhook-id"), header(event, "svix-id")) {
-                (Some(id), _) => ("webhook", id.to_owned()),
-                (None, Some(id)) => ("svix", id.to_owned()),
-                (None, None) => ("svix", format!("msg_local_{now}")),
-            };
-            let signature = standard_webhooks::sign(function.dev_secret, &id, now, &body)
-                .map_err(|e| e.to_string())?;
-            set_header(event, &format!("{prefix}-id"), &id);
-            set_header(event, &format!("{prefix}-timestamp"), &now.to_string());
-            set_header(event, &format!("{prefix}-signature"), &signature);
-        }
+    // A message id for a scheme that signs one (Standard Webhooks): the event's own, in the
+    // spelling it uses (`webhook-*` or Resend's `svix-*`), or a fresh one.
+    let (svix, id) = match (header(event, "webhook-id"), header(event, "svix-id")) {
+        (Some(id), _) => (false, id.to_owned()),
+        (None, Some(id)) => (true, id.to_owned()),
+        (None, None) => (true, format!("msg_local_{now}")),
+    };
+    let signer = function.scheme.signer(function.dev_secret)?;
+    for (name, value) in signer.sign(&body, now, &id) {
+        let name = match name.strip_prefix("webhook-") {
+            Some(rest) if svix => format!("svix-{rest}"),
+            _ => name,
+        };
+        set_header(event, &name, &value);
     }
     Ok(function)
 }

@@ -377,3 +377,13 @@ where
     }
     results
 }
+
+/// The SQLSTATE of `sql` (one or more statements) run on `client`, or "ok".
+pub async fn sqlstate(client: &Client, sql: &str) -> String {
+    match client.batch_execute(sql).await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e
+            .code()
+            .map_or_else(|| e.to_string(), |c| c.code().to_owned()),
+    }
+}

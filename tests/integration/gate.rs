@@ -6,6 +6,7 @@
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, post_stripe, post_to};
 use claimonce_tests::db::receiver_at;
+use claimonce_tests::db::sqlstate;
 use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{
     RESEND_SECRET, invoice_paid, now, resend, resend_email, stripe, svix_headers,
@@ -23,16 +24,6 @@ async fn session_as(db: &TestDb, role: &str) -> Client {
         .unwrap_or_else(|e| panic!("connect as a {role} login: {e}"));
     tokio::spawn(connection);
     client
-}
-
-/// The SQLSTATE of `sql` (one or more statements) run on `client`, or "ok".
-async fn sqlstate(client: &Client, sql: &str) -> String {
-    match client.batch_execute(sql).await {
-        Ok(()) => "ok".to_owned(),
-        Err(e) => e
-            .code()
-            .map_or_else(|| e.to_string(), |c| c.code().to_owned()),
-    }
 }
 
 /// Every row of every table a function login could want to change, counted.
@@ -305,24 +296,20 @@ async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() 
         )
         .await
         .expect("the schema's functions");
+    // Every function of the schema, a provider crate's own migrations' included, carries the
+    // settings: no pinned list, so a new provider's effects are held to them with no edit here.
     let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    assert_eq!(
-        names,
-        [
-            "claimonce_claim_v1",
-            "claimonce_forward_v1",
-            "claimonce_forward_v2",
-            "claimonce_take_claim_v1",
-            "github_keep_installation_v1",
-            "github_keep_installation_v2",
-            "resend_record_v1",
-            "resend_record_v2",
-            "stripe_credit_v1",
-            "stripe_keep_subscription_v2",
-            "stripe_provision_v2",
-        ],
-        "a function added or dropped: say here what it must carry"
-    );
+    for shared in [
+        "claimonce_claim_v1",
+        "claimonce_forward_v1",
+        "claimonce_forward_v2",
+        "claimonce_take_claim_v1",
+        "stripe_credit_v1",
+        "resend_record_v2",
+        "github_keep_installation_v2",
+    ] {
+        assert!(names.iter().any(|n| n == shared), "{shared}: {names:?}");
+    }
     for row in &rows {
         let name: String = row.get(0);
         let definer: bool = row.get(1);

@@ -6,6 +6,7 @@ use claimonce::migrate::{self, Migration};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{json_body, post_stripe, post_to};
 use claimonce_tests::db::receiver_at;
+use claimonce_tests::db::sqlstate as outcome;
 use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{
     RESEND_SECRET, checkout_completed, invoice_paid, now, resend, resend_email, stripe,
@@ -66,9 +67,18 @@ async fn the_sql_files_apply_in_order_with_psql() {
         .await
         .expect("create");
     let url = claimonce_tests::db::with_database(&db.url, &empty);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("migrations dir")
+    // The shared folder and each provider's own, as an operator would list them.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut folders = vec![root.join("migrations")];
+    folders.extend(
+        std::fs::read_dir(root.join("functions"))
+            .expect("functions dir")
+            .map(|e| e.expect("entry").path().join("migrations"))
+            .filter(|p| p.is_dir()),
+    );
+    let mut files: Vec<_> = folders
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).expect("migrations dir"))
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "sql"))
         .collect();
@@ -104,16 +114,6 @@ async fn the_sql_files_apply_in_order_with_psql() {
         )
         .await;
     assert_eq!(tables, 5);
-}
-
-/// The SQLSTATE of `sql` run on `client`, or "ok".
-async fn outcome(client: &tokio_postgres::Client, sql: &str) -> String {
-    match client.batch_execute(sql).await {
-        Ok(()) => "ok".to_owned(),
-        Err(e) => e
-            .code()
-            .map_or_else(|| e.to_string(), |c| c.code().to_owned()),
-    }
 }
 
 #[tokio::test]

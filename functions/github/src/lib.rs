@@ -11,7 +11,7 @@
 
 use claimonce::config::{self, ConfigError};
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};
-use claimonce::verify::hub_signature::HubSignature256;
+use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Verify, lower_hex, split_secrets};
 use claimonce::{
     Effect, EventId, Forwardable, Param, Parsed, Problem, Provider, Rejection, Signed, Type,
@@ -35,13 +35,13 @@ const MAX_EVENT_NAME: usize = 64;
 /// The GitHub receiver's provider half.
 #[derive(Debug, Clone)]
 pub struct GitHub {
-    verifier: HubSignature256,
+    verifier: BodyHmac,
 }
 
 impl GitHub {
     /// A provider that accepts signatures from any of `secrets` (several during a rotation).
     pub fn new(secrets: &[&str]) -> Result<Self, ConfigError> {
-        let verifier = HubSignature256::new(SIGNATURE_HEADER, secrets)
+        let verifier = BodyHmac::new(SIGNATURE_HEADER, "sha256=", Encoding::LowerHex, secrets)
             .ok_or_else(|| ConfigError::new("GITHUB_WEBHOOK_SECRET holds no secret".into()))?;
         Ok(Self { verifier })
     }

@@ -7,7 +7,7 @@
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use claimonce::Receiver;
-use claimonce::verify::hub_signature::sign;
+use claimonce::verify::body_hmac::sign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::outcome;
 use claimonce_tests::db::all_at_once;

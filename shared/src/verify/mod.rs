@@ -1,7 +1,7 @@
 //! Signature verification: pure functions of the raw body bytes, the headers and an injected
 //! clock. Nothing here parses the body, logs, or touches the database.
 
-pub mod hub_signature;
+pub mod body_hmac;
 #[cfg(test)]
 mod proptests;
 pub mod standard_webhooks;
@@ -34,6 +34,16 @@ pub trait Verify: Send + Sync {
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection>;
 }
 
+/// A scheme that signs deliveries as their sender would, with its first configured secret: how
+/// the local run, the test harness and the fuzzers sign what they send, through the same type
+/// that verifies it, so a scheme added outside this crate signs its own test deliveries too.
+pub trait Sign {
+    /// The headers (lower-case names, values) that sign `body` at `now` (unix seconds). `id`
+    /// is the message id, for a scheme that signs one (Standard Webhooks); the others ignore
+    /// it.
+    fn sign(&self, body: &[u8], now: u64, id: &str) -> Vec<(String, String)>;
+}
+
 /// One or more HMAC keys, tried in order (several during a secret rotation).
 ///
 /// The key bytes never appear in `Debug` output.
@@ -46,11 +56,18 @@ impl SigningKeys {
         (!keys.is_empty() && keys.iter().all(|k| !k.is_empty())).then_some(Self(keys))
     }
 
+    /// The HMAC-SHA256 of the concatenated `parts` under the first configured key: what a
+    /// [`Sign`] implementation signs with.
+    pub fn first_tag(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let key = self.0.first().map_or(&[][..], Vec::as_slice);
+        keyed_mac(key, parts).finalize().into_bytes().into()
+    }
+
     /// Ok when, for some key, the HMAC-SHA256 of the concatenated `parts` equals one of the
     /// `candidates`; every scheme's `signature-mismatch` otherwise. The message is hashed once
     /// per key; each candidate is then a constant-time compare. At most [`MAX_SIGNATURES`]
     /// candidates are looked at.
-    pub(crate) fn check(&self, parts: &[&[u8]], candidates: &[[u8; 32]]) -> Result<(), Rejection> {
+    pub fn check(&self, parts: &[&[u8]], candidates: &[[u8; 32]]) -> Result<(), Rejection> {
         let matched = self.0.iter().any(|key| {
             let mac = keyed_mac(key, parts);
             candidates
@@ -137,7 +154,7 @@ pub fn one_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
 }
 
 /// [`one_header`] for a signature header: a fault is a malformed signature.
-pub(crate) fn signature_header<'a>(
+pub fn signature_header<'a>(
     headers: &'a HeaderMap,
     name: &str,
 ) -> Result<Option<&'a str>, Rejection> {
@@ -183,4 +200,66 @@ pub fn lower_hex(bytes: &[u8]) -> String {
             let _ = write!(out, "{byte:02x}");
             out
         })
+}
+
+#[cfg(test)]
+mod sign_tests {
+    use super::body_hmac::{BodyHmac, Encoding};
+    use super::standard_webhooks::StandardWebhooks;
+    use super::timestamp_v1::TimestampV1;
+    use super::*;
+
+    trait Both: Verify + Sign {}
+    impl<T: Verify + Sign> Both for T {}
+    type Build = fn(&[&str]) -> Box<dyn Both>;
+
+    #[test]
+    fn every_scheme_verifies_what_it_signs_and_nothing_else() {
+        let schemes: [(&str, Build); 4] = [
+            ("timestamp-v1", |s| {
+                Box::new(TimestampV1::new("stripe-signature", s, 300).expect("keys"))
+            }),
+            ("standard-webhooks", |s| {
+                Box::new(StandardWebhooks::new(s, 300).expect("keys"))
+            }),
+            ("body-hmac hex", |s| {
+                Box::new(BodyHmac::github(s).expect("keys"))
+            }),
+            ("body-hmac base64", |s| {
+                Box::new(
+                    BodyHmac::new("x-shopify-hmac-sha256", "", Encoding::Base64, s).expect("keys"),
+                )
+            }),
+        ];
+        let now = 1_700_000_000;
+        let body = br#"{"id":"evt_1"}"#;
+        for (name, build) in schemes {
+            // Keys valid for every scheme (Standard Webhooks wants base64).
+            let (first, second) = ("whsec_c2VjcmV0LW9uZQ==", "whsec_c2VjcmV0LXR3bw==");
+            let signer = build(&[first]);
+            let mut headers = HeaderMap::new();
+            for (header, value) in signer.sign(body, now, "msg_1") {
+                let header = http::HeaderName::from_bytes(header.as_bytes()).expect("name");
+                headers.insert(header, value.parse().expect("value"));
+            }
+            let during_rotation = build(&[second, first]);
+            assert!(
+                during_rotation.verify(&headers, body, now).is_ok(),
+                "{name}"
+            );
+            let other = build(&[second]);
+            assert_eq!(
+                other.verify(&headers, body, now).map_err(|r| r.problem),
+                Err(Problem::SignatureMismatch),
+                "{name}"
+            );
+            assert_eq!(
+                during_rotation
+                    .verify(&headers, b"{}", now)
+                    .map_err(|r| r.problem),
+                Err(Problem::SignatureMismatch),
+                "{name}"
+            );
+        }
+    }
 }

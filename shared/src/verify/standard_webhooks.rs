@@ -4,12 +4,10 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use hmac::Mac;
 use http::HeaderMap;
 
 use super::{
-    MAX_SIGNATURES, SigningKeys, Verified, Verify, keyed_mac, reject, signature_header,
-    within_tolerance,
+    MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, reject, signature_header, within_tolerance,
 };
 use crate::provider::EventId;
 use crate::response::{Problem, Rejection};
@@ -62,20 +60,35 @@ impl StandardWebhooks {
 
 /// Computes the `v1,<base64>` signature entry for a message.
 pub fn sign(secret: &str, id: &str, timestamp: u64, body: &[u8]) -> Result<String, BadSecret> {
-    let key = decode_secret(secret)?;
-    let tag = keyed_mac(
-        &key,
-        &[
-            id.as_bytes(),
-            b".",
-            timestamp.to_string().as_bytes(),
-            b".",
-            body,
-        ],
-    )
-    .finalize()
-    .into_bytes();
-    Ok(format!("v1,{}", STANDARD.encode(tag)))
+    let keys = SigningKeys::new(vec![decode_secret(secret)?]).ok_or(BadSecret)?;
+    Ok(entry(&keys, id, timestamp, body))
+}
+
+fn entry(keys: &SigningKeys, id: &str, timestamp: u64, body: &[u8]) -> String {
+    let tag = keys.first_tag(&[
+        id.as_bytes(),
+        b".",
+        timestamp.to_string().as_bytes(),
+        b".",
+        body,
+    ]);
+    format!("v1,{}", STANDARD.encode(tag))
+}
+
+/// Signs in the `webhook-*` spelling; a sender that uses `svix-*` (Resend) writes the same
+/// values under those names.
+impl Sign for StandardWebhooks {
+    fn sign(&self, body: &[u8], now: u64, id: &str) -> Vec<(String, String)> {
+        let [id_header, timestamp_header, signature_header] = SPELLINGS[0];
+        vec![
+            (id_header.to_owned(), id.to_owned()),
+            (timestamp_header.to_owned(), now.to_string()),
+            (
+                signature_header.to_owned(),
+                entry(&self.keys, id, now, body),
+            ),
+        ]
+    }
 }
 
 impl Verify for StandardWebhooks {

@@ -1,11 +1,10 @@
 //! The `t=<unix>,v1=<hex>` scheme: HMAC-SHA256 keyed with the whole secret string over
 //! `{t}.{raw body}`, lower-case hex, any `v1` may match, other schemes (`v0`, ...) ignored.
 
-use hmac::Mac;
 use http::HeaderMap;
 
 use super::{
-    MAX_HEADER_LEN, MAX_SIGNATURES, SigningKeys, Verified, Verify, decode_lower_hex, keyed_mac,
+    MAX_HEADER_LEN, MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, decode_lower_hex,
     lower_hex, reject, signature_header, within_tolerance,
 };
 use crate::response::{Problem, Rejection};
@@ -99,13 +98,19 @@ pub fn parse_header(value: &str) -> Result<Header, Rejection> {
 
 /// Computes the lower-case hex `v1` signature of `body` at `timestamp` with `secret`.
 pub fn sign(secret: &str, timestamp: u64, body: &[u8]) -> String {
-    let tag = keyed_mac(
-        secret.as_bytes(),
-        &[timestamp.to_string().as_bytes(), b".", body],
-    )
-    .finalize()
-    .into_bytes();
-    lower_hex(&tag)
+    SigningKeys::new(vec![secret.as_bytes().to_vec()])
+        .map_or_else(String::new, |keys| signature(&keys, timestamp, body))
+}
+
+fn signature(keys: &SigningKeys, timestamp: u64, body: &[u8]) -> String {
+    lower_hex(&keys.first_tag(&[timestamp.to_string().as_bytes(), b".", body]))
+}
+
+impl Sign for TimestampV1 {
+    fn sign(&self, body: &[u8], now: u64, _id: &str) -> Vec<(String, String)> {
+        let v1 = signature(&self.keys, now, body);
+        vec![(self.header.to_owned(), format!("t={now},v1={v1}"))]
+    }
 }
 
 impl Verify for TimestampV1 {
