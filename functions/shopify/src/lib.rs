@@ -1,0 +1,393 @@
+//! Shopify: `X-Shopify-Hmac-Sha256` (the base64 HMAC-SHA256 of the raw body, keyed with the
+//! app's client secret) over the body, the topic and ids from Shopify's unsigned headers,
+//! orders kept newest-first, and an uninstalled shop marked.
+//!
+//! **The ledger key is the body's SHA-256**, the house rule for a sender that signs only the
+//! body (GitHub's, ARCHITECTURE.md "GitHub's ledger key"): `X-Shopify-Webhook-Id` and
+//! `X-Shopify-Event-Id` are unsigned, so keyed by either, a captured body re-sent under a fresh
+//! id would be a new event. The webhook id is logged as the delivery id, to find the delivery
+//! in Shopify's records.
+//!
+//! **The topic cannot pick the effect.** `X-Shopify-Topic` is unsigned too, so what an event
+//! does is read from its signed body: every `orders/*` topic keeps the same order row, in the
+//! state the body says (cancelled when `cancelled_at` is set), and a body is refused under a
+//! topic its shape contradicts (an order body as `app/uninstalled`, a shop as an order, an
+//! `orders/cancelled` that is not cancelled). Both effects are newest-first, so a replay after
+//! the ledger row was swept changes nothing.
+
+use claimonce::config::{self, ConfigError};
+use claimonce::timestamp::is_rfc3339;
+use claimonce::verify::body_hmac::{BodyHmac, Encoding};
+use claimonce::verify::{Verify, lower_hex, split_secrets};
+use claimonce::{
+    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+};
+use serde::Deserialize;
+
+/// The header Shopify signs with (lower case, as `http` stores header names).
+pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
+/// The topic, `orders/create`, ... (unsigned).
+pub const TOPIC_HEADER: &str = "x-shopify-topic";
+/// Shopify's id of the delivery (unsigned); a retry repeats it.
+pub const WEBHOOK_ID_HEADER: &str = "x-shopify-webhook-id";
+/// The ledger namespace.
+pub const PROVIDER: &str = "shopify";
+/// Longest topic accepted (Shopify's are a few dozen characters).
+const MAX_TOPIC: usize = 64;
+/// Longest stored text value.
+const MAX_TEXT: usize = 1024;
+
+/// The Shopify receiver's provider half.
+#[derive(Debug, Clone)]
+pub struct Shopify {
+    verifier: BodyHmac,
+}
+
+impl Shopify {
+    /// A provider that accepts signatures from any of `secrets` (several during a rotation).
+    pub fn new(secrets: &[&str]) -> Result<Self, ConfigError> {
+        let verifier = BodyHmac::new(SIGNATURE_HEADER, "", Encoding::Base64, secrets)
+            .ok_or_else(|| ConfigError::new("SHOPIFY_WEBHOOK_SECRET holds no secret".into()))?;
+        Ok(Self { verifier })
+    }
+
+    /// From `SHOPIFY_WEBHOOK_SECRET` (comma-separated during a rotation).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let raw = config::required("SHOPIFY_WEBHOOK_SECRET")?;
+        Self::new(&split_secrets(&raw))
+    }
+}
+
+/// What an event does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShopifyEvent {
+    /// `orders/create`, `orders/updated`, `orders/cancelled`: keep the order's newest state.
+    Order(Order),
+    /// `app/uninstalled`: mark the shop.
+    Uninstalled(Shop),
+    /// Any other topic: claimed, answered `ignored`.
+    Other,
+}
+
+/// An order's state as one event leaves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// `id`.
+    pub id: i64,
+    /// `open` or `cancelled` (from `cancelled_at`, not from the topic).
+    pub state: &'static str,
+    /// `updated_at`, RFC 3339: newer wins.
+    pub updated_at: String,
+    /// Breaks a same-second tie: 1 for a cancellation, 0 otherwise, so a cancellation wins.
+    pub rank: i16,
+    /// `email`.
+    pub email: Option<String>,
+    /// `financial_status` (`paid`, `refunded`, ...).
+    pub financial_status: Option<String>,
+    /// `total_price`, a decimal string.
+    pub total_price: Option<String>,
+    /// `currency`.
+    pub currency: Option<String>,
+}
+
+/// The shop an `app/uninstalled` event names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shop {
+    /// `id`.
+    pub id: i64,
+    /// `myshopify_domain`.
+    pub domain: String,
+    /// `updated_at`, RFC 3339.
+    pub updated_at: String,
+}
+
+#[derive(Deserialize)]
+struct OrderBody {
+    id: i64,
+    updated_at: String,
+    cancelled_at: Option<String>,
+    email: Option<String>,
+    financial_status: Option<String>,
+    total_price: Option<String>,
+    currency: Option<String>,
+    /// Present in every order and in no shop: how a topic is held to its body.
+    #[allow(dead_code)]
+    line_items: serde::de::IgnoredAny,
+}
+
+#[derive(Deserialize)]
+struct ShopBody {
+    id: i64,
+    myshopify_domain: String,
+    updated_at: String,
+    line_items: Option<serde::de::IgnoredAny>,
+}
+
+fn invalid(detail: &'static str) -> Rejection {
+    Rejection::new(Problem::InvalidPayload, detail)
+}
+
+/// A text value the database can store: no NUL, bounded.
+fn storable(value: Option<String>) -> Result<Option<String>, Rejection> {
+    match value {
+        Some(v) if v.contains('\0') || v.len() > MAX_TEXT => Err(invalid(
+            "the event carries a text value that cannot be stored",
+        )),
+        other => Ok(other),
+    }
+}
+
+/// A decimal amount as Shopify writes one (`"199.65"`), within `numeric`'s comfort.
+fn is_amount(value: &str) -> bool {
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    (1..=20).contains(&int.len())
+        && frac.len() <= 10
+        && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        && !(digits.contains('.') && frac.is_empty())
+}
+
+/// Reads a Shopify delivery: the topic from `X-Shopify-Topic`, the body as what it says it is.
+pub fn parse_event(
+    signed: &Signed<'_>,
+    unsigned: &Unsigned<'_>,
+) -> Result<Parsed<ShopifyEvent>, Rejection> {
+    let topic = unsigned
+        .header(TOPIC_HEADER)?
+        .ok_or_else(|| invalid("the X-Shopify-Topic header is missing"))?;
+    if topic.is_empty()
+        || topic.len() > MAX_TOPIC
+        || !topic
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_/".contains(&b))
+    {
+        return Err(invalid("the X-Shopify-Topic header is not a topic"));
+    }
+    let webhook_id = unsigned
+        .header(WEBHOOK_ID_HEADER)?
+        .map(EventId::new)
+        .transpose()?;
+    let body = signed.body();
+    let event = match topic {
+        "orders/create" | "orders/updated" | "orders/cancelled" => {
+            let b: OrderBody =
+                serde_json::from_slice(body).map_err(|_| invalid("the body is not an order"))?;
+            let cancelled = b.cancelled_at.is_some();
+            if topic == "orders/cancelled" && !cancelled {
+                return Err(invalid(
+                    "an orders/cancelled event whose order is not cancelled",
+                ));
+            }
+            if !is_rfc3339(&b.updated_at) {
+                return Err(invalid("the order's updated_at is not RFC 3339"));
+            }
+            let total_price = storable(b.total_price)?;
+            if total_price.as_deref().is_some_and(|p| !is_amount(p)) {
+                return Err(invalid("the order's total_price is not a decimal amount"));
+            }
+            ShopifyEvent::Order(Order {
+                id: b.id,
+                state: if cancelled { "cancelled" } else { "open" },
+                updated_at: b.updated_at,
+                rank: i16::from(cancelled),
+                email: storable(b.email)?,
+                financial_status: storable(b.financial_status)?,
+                total_price,
+                currency: storable(b.currency)?,
+            })
+        }
+        "app/uninstalled" => {
+            let b: ShopBody =
+                serde_json::from_slice(body).map_err(|_| invalid("the body is not a shop"))?;
+            if b.line_items.is_some() {
+                return Err(invalid("the body is an order, not a shop"));
+            }
+            if !is_rfc3339(&b.updated_at) {
+                return Err(invalid("the shop's updated_at is not RFC 3339"));
+            }
+            let domain = storable(Some(b.myshopify_domain))?.unwrap_or_default();
+            ShopifyEvent::Uninstalled(Shop {
+                id: b.id,
+                domain,
+                updated_at: b.updated_at,
+            })
+        }
+        _ => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .map_err(|_| invalid("the body is not JSON"))?;
+            ShopifyEvent::Other
+        }
+    };
+    let mut parsed = Parsed::new(EventId::new(lower_hex(signed.sha256()))?, topic, event);
+    parsed.delivery_id = webhook_id;
+    Ok(parsed)
+}
+
+/// The event's effect: `shopify_keep_order_v1` or `shopify_mark_uninstalled_v1` (this crate's
+/// migration V13), none for other topics.
+pub fn effect(event: &ShopifyEvent) -> Option<Effect> {
+    match event {
+        ShopifyEvent::Other => None,
+        ShopifyEvent::Order(o) => Some(Effect::call(
+            "shopify_keep_order_v1",
+            vec![
+                Param::new(o.id, Type::INT8),
+                Param::new(o.state.to_owned(), Type::TEXT),
+                Param::new(o.updated_at.clone(), Type::TEXT),
+                Param::new(o.rank, Type::INT2),
+                Param::new(o.email.clone(), Type::TEXT),
+                Param::new(o.financial_status.clone(), Type::TEXT),
+                Param::new(o.total_price.clone(), Type::TEXT),
+                Param::new(o.currency.clone(), Type::TEXT),
+            ],
+        )),
+        ShopifyEvent::Uninstalled(s) => Some(Effect::call(
+            "shopify_mark_uninstalled_v1",
+            vec![
+                Param::new(s.id, Type::INT8),
+                Param::new(s.domain.clone(), Type::TEXT),
+                Param::new(s.updated_at.clone(), Type::TEXT),
+            ],
+        )),
+    }
+}
+
+impl Provider for Shopify {
+    type Event = ShopifyEvent;
+
+    fn name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        &self.verifier
+    }
+
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<ShopifyEvent>, Rejection> {
+        parse_event(signed, unsigned)
+    }
+
+    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
+        effect(&event.event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use claimonce::verify::Verified;
+    use lambda_http::http::HeaderMap;
+
+    use super::*;
+
+    fn parse(topic: &str, body: &[u8]) -> Result<Parsed<ShopifyEvent>, Rejection> {
+        let mut headers = HeaderMap::new();
+        headers.insert(TOPIC_HEADER, topic.parse().expect("topic"));
+        headers.insert(
+            WEBHOOK_ID_HEADER,
+            "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043".parse().expect("id"),
+        );
+        let sha = [9u8; 32];
+        let verified = Verified::default();
+        parse_event(
+            &Signed::new(body, &sha, &verified),
+            &Unsigned::new(&headers),
+        )
+    }
+
+    const ORDER: &str = r#"{"id":820982911946154508,"email":"jon@example.com",
+        "updated_at":"2026-11-30T10:00:00-05:00","cancelled_at":null,
+        "financial_status":"paid","total_price":"199.65","currency":"USD",
+        "line_items":[{"id":1,"quantity":1}]}"#;
+
+    #[test]
+    fn an_order_is_read_with_its_state_from_the_body() {
+        let parsed = parse("orders/updated", ORDER.as_bytes()).expect("valid");
+        assert_eq!(parsed.event_id.as_str(), "09".repeat(32));
+        assert_eq!(parsed.event_type, "orders/updated");
+        assert_eq!(
+            parsed.delivery_id.as_ref().map(EventId::as_str),
+            Some("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+        );
+        assert_eq!(
+            parsed.event,
+            ShopifyEvent::Order(Order {
+                id: 820_982_911_946_154_508,
+                state: "open",
+                updated_at: "2026-11-30T10:00:00-05:00".into(),
+                rank: 0,
+                email: Some("jon@example.com".into()),
+                financial_status: Some("paid".into()),
+                total_price: Some("199.65".into()),
+                currency: Some("USD".into()),
+            })
+        );
+        let cancelled = ORDER.replace(
+            r#""cancelled_at":null"#,
+            r#""cancelled_at":"2026-11-30T10:00:00-05:00""#,
+        );
+        // Cancelled by its body, under whichever orders/* topic it came.
+        for topic in ["orders/cancelled", "orders/updated"] {
+            let ShopifyEvent::Order(o) = parse(topic, cancelled.as_bytes()).expect("valid").event
+            else {
+                panic!("an order");
+            };
+            assert_eq!((o.state, o.rank), ("cancelled", 1), "{topic}");
+        }
+        assert_eq!(
+            parse("products/update", br#"{"id":1}"#)
+                .expect("valid")
+                .event,
+            ShopifyEvent::Other
+        );
+    }
+
+    #[test]
+    fn a_topic_cannot_move_a_body_to_another_effect_and_bad_values_are_400() {
+        let shop = br#"{"id":548380009,"myshopify_domain":"jsmith.myshopify.com",
+            "domain":"shop.example.com","updated_at":"2026-11-30T10:00:00-05:00"}"#;
+        assert!(matches!(
+            parse("app/uninstalled", shop).expect("valid").event,
+            ShopifyEvent::Uninstalled(_)
+        ));
+        let cases: [(&str, &[u8]); 8] = [
+            ("app/uninstalled", ORDER.as_bytes()),
+            ("orders/create", shop),
+            ("orders/cancelled", ORDER.as_bytes()),
+            (
+                "orders/updated",
+                ORDER.replace("199.65", "1e3").into_bytes().leak(),
+            ),
+            (
+                "orders/updated",
+                ORDER
+                    .replace("-05:00\",\"cancelled", "+16:00\",\"cancelled")
+                    .into_bytes()
+                    .leak(),
+            ),
+            (
+                "orders/updated",
+                ORDER.replace("jon@", "jon\\u0000@").into_bytes().leak(),
+            ),
+            ("orders/updated", b"not json"),
+            ("Orders/Create", ORDER.as_bytes()),
+        ];
+        for (topic, body) in cases {
+            assert_eq!(
+                parse(topic, body).expect_err("refused").problem,
+                Problem::InvalidPayload,
+                "{topic}: {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        for amount in ["0", "199.65", "-5.5", "12345678901234567890.0123456789"] {
+            assert!(is_amount(amount), "{amount}");
+        }
+        for amount in ["", "1.", ".5", "1e3", "1,5", "123456789012345678901"] {
+            assert!(!is_amount(amount), "{amount}");
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The `shopify-webhook` Lambda function: configuration from the environment, then the shared
+//! receiver loop.
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), lambda_http::Error> {
+    claimonce::run_from_env(shopify_webhook::Shopify::from_env).await
+}
