@@ -233,11 +233,21 @@ pub fn aws_config() -> aws_config::ConfigLoader {
     aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https)
 }
 
-/// Reads the secret `arn` from Secrets Manager with the given AWS configuration.
+/// Reads the database secret `arn` from Secrets Manager with the given AWS configuration.
 pub async fn fetch_secret(
     config: &aws_config::SdkConfig,
     arn: &str,
 ) -> Result<DbSecret, AuthError> {
+    parse_secret(&fetch_secret_string(config, arn, "the database secret").await?)
+}
+
+/// Reads the `SecretString` of `arn` from Secrets Manager; `what` names it in an error (which
+/// never holds the value).
+pub async fn fetch_secret_string(
+    config: &aws_config::SdkConfig,
+    arn: &str,
+    what: &str,
+) -> Result<String, AuthError> {
     let client = aws_sdk_secretsmanager::Client::new(config);
     let output = client
         .get_secret_value()
@@ -246,15 +256,15 @@ pub async fn fetch_secret(
         .await
         .map_err(|e| {
             let message = format!(
-                "could not read the database secret: {}",
+                "could not read {what}: {}",
                 aws_sdk_secretsmanager::error::DisplayErrorContext(&e)
             );
             AuthError::caused(message, e)
         })?;
-    let text = output
+    output
         .secret_string()
-        .ok_or_else(|| AuthError::new("the database secret has no SecretString".into()))?;
-    parse_secret(text)
+        .map(str::to_owned)
+        .ok_or_else(|| AuthError::new(format!("{what} has no SecretString")))
 }
 
 #[cfg(test)]

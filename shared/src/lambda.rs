@@ -366,23 +366,26 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     }
 }
 
-/// The whole of a provider function's `main`: build the provider and the receiver from the
-/// environment, connect, and serve. A configuration error is logged as one line (naming the
-/// variable, never its value) and ends the process before it takes any request.
+/// The whole of a provider function's `main`: read the signing secrets (`secret_var`, or the
+/// Secrets Manager secret `<secret_var>_ARN` names: [`crate::secrets`]), build the provider
+/// from them with `build` and the receiver from the environment, connect, and serve. A
+/// configuration error is logged as one line (naming the variable, never its value) and ends
+/// the process before it takes any request.
 pub async fn run_from_env<P: Provider>(
-    provider: impl FnOnce() -> Result<P, ConfigError>,
+    secret_var: &'static str,
+    build: fn(&str) -> Result<P, ConfigError>,
 ) -> Result<(), lambda_http::Error> {
     let log = Log::stdout();
     let built = async {
-        let provider = provider()?;
+        let secrets = crate::secrets::WebhookSecrets::from_env(secret_var).await?;
+        let interval = crate::secrets::refresh_interval()?;
+        let provider = build(&secrets.read().await?)?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
-        Ok::<_, ConfigError>(Receiver::new(
-            provider,
-            Database::new(settings),
-            limits,
-            log.clone(),
-        ))
+        Ok::<_, ConfigError>(
+            Receiver::new(provider, Database::new(settings), limits, log.clone())
+                .with_secret_refresh(secrets, build, interval),
+        )
     }
     .await;
     serve(log.config(built)?).await

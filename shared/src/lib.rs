@@ -18,6 +18,7 @@ mod provider;
 mod receiver;
 mod response;
 pub mod scheduled;
+pub mod secrets;
 pub mod timestamp;
 pub mod verify;
 

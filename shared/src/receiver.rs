@@ -51,7 +51,9 @@ impl Default for Limits {
 /// reuses, its limits and its log.
 #[derive(Debug)]
 pub struct Receiver<P> {
-    provider: P,
+    /// Replaced when the signing secrets are read again ([`Receiver::with_secret_refresh`]).
+    provider: std::sync::RwLock<std::sync::Arc<P>>,
+    refresh: Option<Refresh<P>>,
     database: Database,
     limits: Limits,
     log: Log,
@@ -104,15 +106,102 @@ impl Delivery {
     }
 }
 
+/// How a receiver reads its signing secrets again: the source, the provider's constructor,
+/// and when it last read.
+struct Refresh<P> {
+    secrets: crate::secrets::WebhookSecrets,
+    build: fn(&str) -> Result<P, crate::config::ConfigError>,
+    interval: std::time::Duration,
+    last: tokio::sync::Mutex<Instant>,
+}
+
+impl<P> std::fmt::Debug for Refresh<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Refresh({:?})", self.secrets)
+    }
+}
+
 impl<P: Provider> Receiver<P> {
     /// Assembles a receiver.
     pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
         Self {
-            provider,
+            provider: std::sync::RwLock::new(std::sync::Arc::new(provider)),
+            refresh: None,
             database,
             limits,
             log,
             statement_bound: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Reads the signing secrets from `secrets` again, with `build`, when a delivery's
+    /// signature matches none of the current ones and the last read is at least `interval`
+    /// old (a deployment: [`crate::secrets::refresh_interval`]); the delivery is then checked
+    /// once more. For a source that cannot change (the environment) this does nothing.
+    pub fn with_secret_refresh(
+        mut self,
+        secrets: crate::secrets::WebhookSecrets,
+        build: fn(&str) -> Result<P, crate::config::ConfigError>,
+        interval: std::time::Duration,
+    ) -> Self {
+        if secrets.can_change() {
+            self.refresh = Some(Refresh {
+                secrets,
+                build,
+                interval,
+                last: tokio::sync::Mutex::new(Instant::now()),
+            });
+        }
+        self
+    }
+
+    /// The provider as last built.
+    fn provider(&self) -> std::sync::Arc<P> {
+        let held = self
+            .provider
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::sync::Arc::clone(&held)
+    }
+
+    /// Reads the secrets again if the interval allows; true when the provider was rebuilt
+    /// with what was read. Logs the outcome (never a value).
+    async fn refresh_secrets(&self) -> bool {
+        let Some(refresh) = &self.refresh else {
+            return false;
+        };
+        let mut last = refresh.last.lock().await;
+        if last.elapsed() < refresh.interval {
+            return false;
+        }
+        *last = Instant::now();
+        let name = self.provider().name();
+        let rebuilt = match refresh.secrets.read().await {
+            Ok(raw) => (refresh.build)(&raw),
+            Err(e) => Err(e),
+        };
+        match rebuilt {
+            Ok(provider) => {
+                *self
+                    .provider
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    std::sync::Arc::new(provider);
+                self.log.write(
+                    Level::Info,
+                    "signing secrets read again after a signature matched none",
+                    serde_json::json!({"provider": name}),
+                );
+                true
+            }
+            Err(e) => {
+                self.log.write(
+                    Level::Warn,
+                    "could not read the signing secrets again",
+                    serde_json::json!({"provider": name, "error": e.to_string()}),
+                );
+                false
+            }
         }
     }
 
@@ -124,7 +213,7 @@ impl<P: Provider> Receiver<P> {
         let connected = self.database.warm_up().await;
         let connect_ms = started.elapsed().as_secs_f64() * 1000.0;
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.provider.name().into());
+        fields.insert("provider".into(), self.provider().name().into());
         let cold = metrics::Metric {
             name: "ColdStart",
             unit: "Count",
@@ -142,14 +231,18 @@ impl<P: Provider> Receiver<P> {
                 };
                 metrics::embed(
                     &mut fields,
-                    &[("Provider", self.provider.name())],
+                    &[("Provider", self.provider().name())],
                     &[cold, connect],
                 );
                 self.log.write(Level::Info, "cold start", fields);
             }
             Err(e) => {
                 fields.insert("error".into(), e.to_string().into());
-                metrics::embed(&mut fields, &[("Provider", self.provider.name())], &[cold]);
+                metrics::embed(
+                    &mut fields,
+                    &[("Provider", self.provider().name())],
+                    &[cold],
+                );
                 self.log
                     .write(Level::Warn, "database not reachable at cold start", fields);
             }
@@ -169,7 +262,7 @@ impl<P: Provider> Receiver<P> {
             bound.statement_timeout.is_zero() || bound.statement_timeout > function_timeout;
         if unbounded {
             let mut fields = Map::new();
-            fields.insert("provider".into(), self.provider.name().into());
+            fields.insert("provider".into(), self.provider().name().into());
             fields.insert("login".into(), bound.login.as_str().into());
             fields.insert(
                 "statement_timeout_ms".into(),
@@ -190,7 +283,7 @@ impl<P: Provider> Receiver<P> {
             };
             metrics::embed(
                 &mut fields,
-                &[("Provider", self.provider.name())],
+                &[("Provider", self.provider().name())],
                 &[metric],
             );
             self.log.write(
@@ -211,7 +304,7 @@ impl<P: Provider> Receiver<P> {
             return;
         }
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.provider.name().into());
+        fields.insert("provider".into(), self.provider().name().into());
         fields.insert("event_id".into(), event_id.as_str().into());
         let metric = metrics::Metric {
             name: "Reconnects",
@@ -220,7 +313,7 @@ impl<P: Provider> Receiver<P> {
         };
         metrics::embed(
             &mut fields,
-            &[("Provider", self.provider.name())],
+            &[("Provider", self.provider().name())],
             &[metric],
         );
         self.log.write(Level::Info, "reconnected", fields);
@@ -263,7 +356,7 @@ impl<P: Provider> Receiver<P> {
             );
         }
         let line = DeliveryLine {
-            provider: self.provider.name(),
+            provider: self.provider().name(),
             request_id,
             event_id: delivery.event_id.as_ref().map(EventId::as_str),
             event_type: delivery.event_type.as_deref(),
@@ -276,7 +369,7 @@ impl<P: Provider> Receiver<P> {
             },
             error: delivery.error.as_deref(),
             latency_ms,
-            metrics: metrics::Delivery::new(self.provider.name(), disposition, latency_ms),
+            metrics: metrics::Delivery::new(self.provider().name(), disposition, latency_ms),
         };
         let level = match delivery.disposition {
             Disposition::Error => Level::Error,
@@ -302,12 +395,10 @@ impl<P: Provider> Receiver<P> {
                 "the body is larger than this receiver accepts",
             ));
         }
-        let verified = self
-            .provider
-            .verifier()
-            .verify(request.headers(), body, now)?;
+        let provider = self.provider();
+        let verified = provider.verifier().verify(request.headers(), body, now)?;
         let payload_sha256: [u8; 32] = Sha256::digest(body).into();
-        let parsed = self.provider.parse(
+        let parsed = provider.parse(
             &Signed::new(body, &payload_sha256, &verified),
             &Unsigned::new(request.headers()),
         )?;
@@ -323,15 +414,22 @@ impl<P: Provider> Receiver<P> {
             payload_sha256,
         } = match self.admit(request, unix_now()) {
             Ok(admitted) => admitted,
+            // A rotation may have begun: read the secrets again (rate-limited) and look once more.
+            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+                match self.admit(request, unix_now()) {
+                    Ok(admitted) => admitted,
+                    Err(r) => return Delivery::rejected(r),
+                }
+            }
             Err(r) => return Delivery::rejected(r),
         };
         let claim = Claim {
-            provider: self.provider.name(),
+            provider: self.provider().name(),
             event_id: parsed.event_id.as_str(),
             event_type: &parsed.event_type,
             payload_sha256,
         };
-        let effect = self.provider.effect(&parsed);
+        let effect = self.provider().effect(&parsed);
         let outcome = self.database.deliver(&claim, effect.as_ref()).await;
         self.report_reconnects(&parsed.event_id);
         let (disposition, error) = match outcome {

@@ -50,6 +50,11 @@ async fn server() -> (TlsServer, Connection) {
 async fn invoke(api: &RuntimeApi, sample: &str) -> (u16, String) {
     let mut event = sample_event(sample);
     resign(&mut event, now()).expect("sign");
+    invoke_event(api, &event).await
+}
+
+/// Hands `event` to the function on `api`; its answer's (status, disposition or problem).
+async fn invoke_event(api: &RuntimeApi, event: &serde_json::Value) -> (u16, String) {
     match api
         .invoke(event.to_string(), Duration::from_secs(20))
         .await
@@ -549,4 +554,126 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
 
 async fn deliver(receiver: &Receiver<Stripe>, body: &[u8]) -> u16 {
     post_stripe(receiver, body).await.status().as_u16()
+}
+
+const WEBHOOK_ARN: &str =
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:claimonce/stripe-webhook-AbCdEf";
+
+/// `sample` signed with `secret` (not the registry's local one), as the invocation's payload.
+async fn invoke_signed(api: &RuntimeApi, sample: &str, secret: &str) -> (u16, String) {
+    let mut event = sample_event(sample);
+    let body = event["body"].as_str().expect("text body").to_owned();
+    event["headers"]["stripe-signature"] = serde_json::Value::String(
+        claimonce_tests::sign::stripe_header(secret, now(), body.as_bytes()),
+    );
+    invoke_event(api, &event).await
+}
+
+/// The signing secret as a deployment has it: not in the function's environment but in the
+/// Secrets Manager secret `<VAR>_ARN` names, read by the real binary at cold start, and read
+/// again when a delivery's signature matches none (a rotation: "old,new" in the secret).
+#[tokio::test]
+async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no_deploy() {
+    let db = claimonce_tests::TestDb::new().await;
+    let f = function("stripe");
+    let current = Arc::new(Mutex::new(f.dev_secret.to_owned()));
+    let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
+    let api = RuntimeApi::start(f.binary).await.expect("api");
+    let url = db.function_url_as("stripe");
+    let arn_var = format!("{}_ARN", f.secret_var);
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        (arn_var.as_str(), WEBHOOK_ARN),
+        ("AWS_ENDPOINT_URL_SECRETS_MANAGER", stub.url.as_str()),
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        ),
+        ("AWS_REGION", "us-east-1"),
+        // Every mismatch may read again: the interval's own test is the next one.
+        ("WEBHOOK_SECRET_REFRESH_SECONDS", "0"),
+    ];
+    let instance = api
+        .command(&binaries().await.join(f.binary), &env)
+        .env_remove(f.secret_var)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
+        (200, "processed".into())
+    );
+    assert_eq!(stub.requests().len(), 1, "read once at cold start");
+
+    // The rotation's first step, in the secret only; the sender signs with the new one.
+    let new = "whsec_rotated_in_without_a_deploy";
+    *current.lock().expect("secret") = format!("{},{new}", f.dev_secret);
+    assert_eq!(
+        invoke_signed(&api, "stripe/checkout.session.completed.json", new).await,
+        (200, "processed".into())
+    );
+    assert_eq!(stub.requests().len(), 2, "read again on the first mismatch");
+    // The old one still verifies (both are configured), with no further read.
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
+        (200, "duplicate".into())
+    );
+    assert_eq!(stub.requests().len(), 2);
+    // A signature no secret made: read again, still refused.
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", "whsec_nobody").await,
+        (400, "signature-mismatch".into())
+    );
+    assert_eq!(stub.requests().len(), 3);
+    let printed = everything_printed(instance).await;
+    assert!(printed.contains("signing secrets read again"), "{printed}");
+    for secret in [f.dev_secret, new] {
+        assert!(!printed.contains(secret), "a secret in the output");
+    }
+}
+
+/// Unsigned requests cannot make a function call Secrets Manager more often than the
+/// interval: within it, a mismatch is refused without a read.
+#[tokio::test]
+async fn within_the_refresh_interval_a_mismatch_reads_nothing() {
+    let db = claimonce_tests::TestDb::new().await;
+    let current = Arc::new(Mutex::new("whsec_before".to_owned()));
+    let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
+    let aws = claimonce::auth::aws_config()
+        .region(Region::new("us-east-1"))
+        .endpoint_url(&stub.url)
+        .credentials_provider(credentials())
+        .load()
+        .await;
+    let secrets = claimonce::secrets::WebhookSecrets::secrets_manager(
+        "STRIPE_WEBHOOK_SECRET",
+        WEBHOOK_ARN,
+        aws,
+    );
+    let provider = Stripe::from_secret(&secrets.read().await.expect("read")).expect("provider");
+    let settings =
+        Settings::from_url(&db.function_url_as("stripe"), None, test_timeouts()).expect("settings");
+    let (receiver, _) = receiver_with(settings, provider);
+    let receiver = receiver.with_secret_refresh(
+        secrets,
+        Stripe::from_secret,
+        claimonce::secrets::REFRESH_INTERVAL,
+    );
+    *current.lock().expect("secret") = "whsec_before,whsec_after".to_owned();
+    let body = invoice_paid("evt_interval", "cus_interval", 1);
+    let signature = claimonce_tests::sign::stripe_header("whsec_after", now(), &body);
+    let answer = claimonce_tests::apigw::post_to(
+        &receiver,
+        "/webhooks/stripe",
+        &[("stripe-signature", &signature)],
+        &body,
+    )
+    .await;
+    assert_eq!(
+        claimonce_tests::apigw::outcome(&answer),
+        (400, "signature-mismatch".into())
+    );
+    assert_eq!(stub.requests().len(), 1, "only the first read");
 }

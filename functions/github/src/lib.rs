@@ -9,7 +9,7 @@
 //! headers are both duplicates. The delivery id is still logged, to find the delivery in
 //! GitHub's settings. What this costs is in ARCHITECTURE.md ("GitHub's ledger key").
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config::ConfigError;
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Verify, lower_hex, split_secrets};
@@ -46,10 +46,10 @@ impl GitHub {
         Ok(Self { verifier })
     }
 
-    /// From `GITHUB_WEBHOOK_SECRET` (comma-separated during a rotation).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let raw = config::required("GITHUB_WEBHOOK_SECRET")?;
-        Self::new(&split_secrets(&raw))
+    /// From the secrets' text, comma-separated during a rotation (`GITHUB_WEBHOOK_SECRET`, or the
+    /// secret `GITHUB_WEBHOOK_SECRET_ARN` names: `claimonce::secrets`).
+    pub fn from_secret(raw: &str) -> Result<Self, ConfigError> {
+        Self::new(&split_secrets(raw))
     }
 }
 

@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env(github_webhook::GitHub::from_env).await
+    claimonce::run_from_env("GITHUB_WEBHOOK_SECRET", github_webhook::GitHub::from_secret).await
 }

@@ -32,11 +32,10 @@ impl Resend {
         Ok(Self { verifier })
     }
 
-    /// From `RESEND_WEBHOOK_SECRET` (comma-separated during a rotation) and
-    /// `WEBHOOK_TOLERANCE_SECONDS`.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let raw = config::required("RESEND_WEBHOOK_SECRET")?;
-        Self::new(&split_secrets(&raw), config::tolerance_seconds()?)
+    /// From the secrets' text, comma-separated during a rotation (`RESEND_WEBHOOK_SECRET`, or the
+    /// secret `RESEND_WEBHOOK_SECRET_ARN` names: `claimonce::secrets`) and `WEBHOOK_TOLERANCE_SECONDS`.
+    pub fn from_secret(raw: &str) -> Result<Self, ConfigError> {
+        Self::new(&split_secrets(raw), config::tolerance_seconds()?)
     }
 }
 

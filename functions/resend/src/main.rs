@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env(resend_webhook::Resend::from_env).await
+    claimonce::run_from_env("RESEND_WEBHOOK_SECRET", resend_webhook::Resend::from_secret).await
 }

@@ -15,7 +15,7 @@
 //! `orders/cancelled` that is not cancelled). Both effects are newest-first, so a replay after
 //! the ledger row was swept changes nothing.
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config::ConfigError;
 use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Verify, lower_hex, split_secrets};
@@ -51,10 +51,10 @@ impl Shopify {
         Ok(Self { verifier })
     }
 
-    /// From `SHOPIFY_WEBHOOK_SECRET` (comma-separated during a rotation).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let raw = config::required("SHOPIFY_WEBHOOK_SECRET")?;
-        Self::new(&split_secrets(&raw))
+    /// From the secrets' text, comma-separated during a rotation (`SHOPIFY_WEBHOOK_SECRET`, or the
+    /// secret `SHOPIFY_WEBHOOK_SECRET_ARN` names: `claimonce::secrets`).
+    pub fn from_secret(raw: &str) -> Result<Self, ConfigError> {
+        Self::new(&split_secrets(raw))
     }
 }
 

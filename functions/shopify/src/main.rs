@@ -3,5 +3,9 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env(shopify_webhook::Shopify::from_env).await
+    claimonce::run_from_env(
+        "SHOPIFY_WEBHOOK_SECRET",
+        shopify_webhook::Shopify::from_secret,
+    )
+    .await
 }

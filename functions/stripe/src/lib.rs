@@ -30,11 +30,10 @@ impl Stripe {
         Ok(Self { verifier })
     }
 
-    /// From `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) and
-    /// `WEBHOOK_TOLERANCE_SECONDS`.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let raw = config::required("STRIPE_WEBHOOK_SECRET")?;
-        Self::new(&split_secrets(&raw), config::tolerance_seconds()?)
+    /// From the secrets' text, comma-separated during a rotation (`STRIPE_WEBHOOK_SECRET`, or the
+    /// secret `STRIPE_WEBHOOK_SECRET_ARN` names: `claimonce::secrets`) and `WEBHOOK_TOLERANCE_SECONDS`.
+    pub fn from_secret(raw: &str) -> Result<Self, ConfigError> {
+        Self::new(&split_secrets(raw), config::tolerance_seconds()?)
     }
 }
 

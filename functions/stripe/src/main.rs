@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env(stripe_webhook::Stripe::from_env).await
+    claimonce::run_from_env("STRIPE_WEBHOOK_SECRET", stripe_webhook::Stripe::from_secret).await
 }
