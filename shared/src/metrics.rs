@@ -2,9 +2,10 @@
 //! and CloudWatch Logs extracts the metrics from it. No SDK call, no extra line and no extra
 //! network trip on the hot path.
 //!
-//! Every metric is published twice, as Powertools' metrics publish theirs with its default
-//! `service` dimension: once by the line's own dimensions (which the template's alarms name)
-//! and once by those plus `service`.
+//! Every metric is published once, by the line's own dimensions (which the template's alarms
+//! and dashboard name). Powertools adds a `service` dimension set to each metric as well, which
+//! doubles the custom metrics CloudWatch bills; the line still carries `service` as a member,
+//! for Logs Insights.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,10 +14,6 @@ use serde_json::{Map, Value};
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "claimonce";
-
-/// The dimension every metric also has, as Powertools names it; its value is the log's
-/// `service`, a member of every line.
-pub const SERVICE: &str = "service";
 
 /// One metric on a line.
 #[derive(Debug, Clone, Copy)]
@@ -58,20 +55,14 @@ struct Set<'a, D: Serialize> {
     metrics: D,
 }
 
-/// The two dimension sets: the line's own, and the same with [`SERVICE`] first. Written
-/// straight from the names, with nothing allocated.
+/// The one dimension set: the line's own. Written straight from the names, with nothing
+/// allocated.
 #[derive(Debug)]
 struct Dimensions<'a>(&'a [&'a str]);
 
 impl Serialize for Dimensions<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        struct WithService<'a>(&'a [&'a str]);
-        impl Serialize for WithService<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.collect_seq(std::iter::once(&SERVICE).chain(self.0))
-            }
-        }
-        (self.0, WithService(self.0)).serialize(serializer)
+        [self.0].serialize(serializer)
     }
 }
 

@@ -128,10 +128,7 @@ mod tests {
         assert_eq!(line["error"], "connection refused");
         let directive = &line["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], "claimonce");
-        assert_eq!(
-            directive["Dimensions"],
-            json!([["Function"], ["service", "Function"]])
-        );
+        assert_eq!(directive["Dimensions"], json!([["Function"]]));
         assert_eq!(
             directive["Metrics"],
             json!([{"Name": "SweptRows", "Unit": "Count"}])

@@ -380,10 +380,7 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
     assert_eq!(line["Function"], "retention-sweep");
     let directive = &line["_aws"]["CloudWatchMetrics"][0];
     assert_eq!(directive["Namespace"], "claimonce");
-    assert_eq!(
-        directive["Dimensions"],
-        json!([["Function"], ["service", "Function"]])
-    );
+    assert_eq!(directive["Dimensions"], json!([["Function"]]));
     assert!(
         directive["Metrics"]
             .as_array()
