@@ -10,7 +10,8 @@ claimonce_tools() {
     local root pins hash dir
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
     pins="$root/scripts/template-tools.txt"
-    hash="$(sha256sum "$pins" | cut -c1-12)"
+    # sha256sum is GNU's; macOS has shasum.
+    hash="$( (sha256sum "$pins" 2>/dev/null || shasum -a 256 "$pins") | cut -c1-12)"
     dir="${CLAIMONCE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/claimonce/tools-$hash}"
     export SAM_CLI_TELEMETRY=0 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
     if [ ! -e "$dir/.installed" ]; then

@@ -169,12 +169,18 @@ async fn send(path: &str, url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The database: `DATABASE_URL` when set, else a private server kept under `target/`.
+/// The database: `DATABASE_URL` when set, else a private server kept under
+/// `target/claimonce-dev/` (or `CLAIMONCE_LOCAL_DIR`); deleting that folder starts clean.
 async fn database() -> Result<(String, Option<Postgres>), String> {
     if let Some(url) = claimonce::config::optional("DATABASE_URL") {
         return Ok((url, None));
     }
-    let dir = functions::workspace_root().join("target/claimonce-dev/postgres");
+    let dir = claimonce::config::optional("CLAIMONCE_LOCAL_DIR")
+        .map_or_else(
+            || functions::workspace_root().join("target/claimonce-dev"),
+            std::path::PathBuf::from,
+        )
+        .join("postgres");
     let options = Options {
         keep: true,
         ..Options::default()
@@ -210,6 +216,12 @@ async fn connect(url: &str) -> Result<claimonce::db::Connection, String> {
 
 async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     use std::io::IsTerminal;
+    use tokio::signal::unix::{SignalKind, signal};
+    // A closed terminal (SIGHUP) or a kill (SIGTERM) stops the run as Ctrl-C does, from the
+    // first moment, even where the run was started with them ignored (nohup, some CI runners):
+    // the functions stop with it and its PostgreSQL's watchdog stops the server.
+    let mut hangup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let raw = json || !std::io::stdout().is_terminal();
     let (url, server) = database().await?;
     let mut client = connect(&url).await?;
@@ -235,11 +247,18 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
         }
     }
     drop(client);
-    eprintln!("claimonce-local: building the function binaries...");
-    let bin_dir = tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Providers))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    // CLAIMONCE_LOCAL_BINARIES: binaries built already (the tests' own build), so this run
+    // builds nothing and rewrites none that another process is running.
+    let bin_dir = match claimonce::config::optional("CLAIMONCE_LOCAL_BINARIES") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            eprintln!("claimonce-local: building the function binaries...");
+            tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Providers))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?
+        }
+    };
 
     let mut children = Vec::new();
     let mut routes = HashMap::new();
@@ -314,6 +333,8 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     tokio::select! {
         () = gateway::serve(listener, routes) => {}
         _ = tokio::signal::ctrl_c() => {}
+        _ = hangup.recv() => {}
+        _ = terminate.recv() => {}
     }
     drop(children);
     println!("claimonce-local: stopped");

@@ -57,7 +57,9 @@ pub fn bin_dir() -> Option<PathBuf> {
     versions.pop().map(|(_, bin)| bin)
 }
 
-fn tool(name: &str) -> PathBuf {
+/// The path of the PostgreSQL program `name` (`PG_BIN`, the newest `/usr/lib/postgresql/<v>/bin`, or
+/// `PATH`).
+pub fn tool(name: &str) -> PathBuf {
     bin_dir().map_or_else(|| PathBuf::from(name), |dir| dir.join(name))
 }
 
@@ -103,6 +105,7 @@ impl Postgres {
         let dir = dir.canonicalize()?;
         let data = dir.join("data");
         hand_to_server_user(&dir)?;
+        stop_a_stale_server(&data)?;
         if !data.join("PG_VERSION").exists() {
             let data_arg = data.to_string_lossy().into_owned();
             check(
@@ -200,19 +203,64 @@ impl Postgres {
     }
 }
 
+/// A server an earlier run left on `data` (one whose watchdog was killed with it, or from a
+/// version before the watchdog held a pipe) is stopped, so that this start does not wait on
+/// its `postmaster.pid` and fail: told on stderr, since it was not this run's.
+fn stop_a_stale_server(data: &Path) -> io::Result<()> {
+    let Ok(pid_file) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return Ok(());
+    };
+    let Some(pid) = pid_file
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+    else {
+        return Ok(());
+    };
+    let alive = Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !alive {
+        // PostgreSQL replaces a pid file whose process is gone by itself.
+        return Ok(());
+    }
+    eprintln!(
+        "claimonce-local: stopping the PostgreSQL (pid {pid}) an earlier run left on {}",
+        data.display()
+    );
+    let data_arg = data.to_string_lossy().into_owned();
+    check(
+        server_command(
+            &tool("pg_ctl"),
+            &["-D", &data_arg, "stop", "-m", "fast", "-w"],
+        )
+        .output(),
+        "pg_ctl stop (a server an earlier run left)",
+    )
+}
+
 /// Starts `program args` in the background as the server user, under a watchdog that stops it
 /// (SIGINT: PostgreSQL's fast shutdown, PgBouncer's safe one) once the process that started
-/// it is gone, however that process ended, then runs `cleanup`. Nothing outlives its test run.
+/// it is gone, however that process ended, then runs `cleanup`. Nothing outlives its run.
+///
+/// How the watchdog knows: this process holds the write end of the watchdog's stdin and never
+/// writes to it, so the watchdog's read ends when this process is gone, whether it exited, was
+/// killed (SIGKILL included) or lost its terminal; no `/proc`, nothing Linux-only. The
+/// watchdog and the server run in a process group of their own, so the signals a terminal
+/// sends its foreground job (SIGHUP when it closes, SIGINT on Ctrl-C) reach only this process,
+/// and the watchdog outlives it to stop the server.
 pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> io::Result<()> {
+    use std::os::unix::process::CommandExt as _;
     let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
     let script = format!(
-        "{program} {args} >{log} 2>&1 & child=$!\n\
-         while [ -d /proc/{parent} ] && kill -0 $child 2>/dev/null; do sleep 0.2; done\n\
+        "{program} {args} >{log} 2>&1 </dev/null & child=$!\n\
+         cat >/dev/null\n\
          kill -INT $child 2>/dev/null; wait $child; {cleanup}",
         program = shell_quote(&program.to_string_lossy()),
         args = quoted.join(" "),
         log = shell_quote(&log.to_string_lossy()),
-        parent = std::process::id(),
     );
     let mut watchdog = if running_as_root() {
         let mut c = Command::new("runuser");
@@ -223,13 +271,24 @@ pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> 
         c.args(["-c", &script]);
         c
     };
-    watchdog
-        .stdin(Stdio::null())
+    let mut child = watchdog
+        .process_group(0)
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .map(drop)
+        .spawn()?;
+    // Held, unwritten, for as long as this process lives: its end is the watchdog's signal.
+    // (Rust opens it close-on-exec, so no other child inherits it and keeps it open.)
+    if let Some(stdin) = child.stdin.take() {
+        HELD.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(stdin);
+    }
+    Ok(())
 }
+
+/// The watchdogs' stdin write ends, kept until the process exits.
+static HELD: std::sync::Mutex<Vec<std::process::ChildStdin>> = std::sync::Mutex::new(Vec::new());
 
 /// Makes `dir` (recursively) owned by the server user when we are root.
 pub fn hand_to_server_user(dir: &Path) -> io::Result<()> {
@@ -242,10 +301,25 @@ pub fn hand_to_server_user(dir: &Path) -> io::Result<()> {
             .arg(dir)
             .output(),
         "chown to the postgres user",
-    )
+    )?;
+    let reachable = Command::new("runuser")
+        .args(["-u", "postgres", "--", "test", "-x"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if reachable {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "PostgreSQL runs as the postgres user (it refuses root), which cannot reach {}: a \
+             folder above it is not searchable by others (a home folder of mode 0700, such as \
+             /root). Set CLAIMONCE_LOCAL_DIR (the local run) or TMPDIR (the tests) to a folder \
+             it can reach, such as /tmp/claimonce-dev, or clone the project elsewhere",
+            dir.display()
+        )))
+    }
 }
 
-/// A free loopback port (bound and released; good enough for a private test server).
 /// SQL that makes `login` a provider's own database login, as a deployment has it (DEPLOY.md):
 /// granted only `claimonce_<provider>`, with the statement and idle-in-transaction bounds the
 /// migrate function gives (3 s). Idempotent. The names are ours (a provider's ledger name and a

@@ -268,3 +268,136 @@ async fn windows_that_disagree_stop_the_binaries_at_start_naming_the_variable() 
         assert!(!all.contains("hunter2"), "{all}");
     }
 }
+
+/// The README's first command, ended as a closed terminal ends it (SIGHUP to its process
+/// group): the PostgreSQL it started stops too.
+/// Before the watchdog held a pipe, the watchdog was in that group, died of the SIGHUP, and
+/// the server (which reads SIGHUP as "reload") ran on with parent 1; the next start then
+/// waited on its postmaster.pid and failed.
+#[tokio::test]
+async fn the_local_run_stops_its_database_however_it_ends() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = std::env::temp_dir().join(format!("claimonce-local-run-{}", std::process::id()));
+    let data = dir.join("postgres/data");
+    let bins = binaries().await;
+    let binary = bins.join("claimonce-local");
+    let start = || {
+        let mut command = std::process::Command::new(&binary);
+        command
+            .args(["run", "--port", "0", "--instances", "1"])
+            .env("CLAIMONCE_LOCAL_DIR", &dir)
+            // The suite's own build: the run rebuilds nothing another test is running.
+            .env("CLAIMONCE_LOCAL_BINARIES", bins)
+            .env_remove("DATABASE_URL")
+            // Its own process group, as a terminal's foreground job has.
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        tokio::process::Command::from(command)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn claimonce-local")
+    };
+    let mut run = start();
+    // Up once its PostgreSQL answers: read from the folder, not from the run's output.
+    let is_up = |port: &str| {
+        std::process::Command::new(claimonce_local::postgres::tool("pg_isready"))
+            .args(["-q", "-h", "127.0.0.1", "-p", port])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let port = tokio::time::timeout(Duration::from_secs(300), async {
+        loop {
+            if let Ok(pid_file) = std::fs::read_to_string(data.join("postmaster.pid"))
+                && let Some(port) = pid_file.lines().nth(3).map(str::trim)
+                && is_up(port)
+            {
+                return port.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the local run's PostgreSQL came up");
+    let group = run.id().expect("pid");
+    assert!(group > 1, "a process group of its own");
+    // `--` before the negative id: without it, kill reads "-<n>" as an option.
+    let hung_up = std::process::Command::new("kill")
+        .args(["-s", "HUP", "--", &format!("-{group}")])
+        .status()
+        .expect("kill");
+    assert!(hung_up.success());
+    tokio::time::timeout(Duration::from_secs(60), run.wait())
+        .await
+        .expect("the local run ends on the hang-up")
+        .expect("reaped");
+    // The watchdog stops the server once the run is gone; bounded, not timed.
+    let stopped = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if !is_up(&port) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(stopped.is_ok(), "its PostgreSQL still runs on {port}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Run as root from a folder the server's user cannot reach (a clone under `/root`, mode
+/// 0700), the local run stops at once with what to do, instead of an initdb failure.
+#[tokio::test]
+async fn the_local_run_says_what_to_do_when_its_server_cannot_reach_its_folder() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let closed = std::env::temp_dir().join(format!("claimonce-closed-{}", std::process::id()));
+    std::fs::create_dir_all(&closed).expect("folder");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("0700");
+    let binary = binaries().await.join("claimonce-local");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut command = tokio::process::Command::new(&binary);
+    command
+        .args(["run", "--port", "0", "--instances", "1"])
+        .env("CLAIMONCE_LOCAL_DIR", closed.join("dev"))
+        .env("CLAIMONCE_LOCAL_BINARIES", binaries().await)
+        .env_remove("DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if root {
+        let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+            .await
+            .expect("it stops at once")
+            .expect("run");
+        let said = String::from_utf8_lossy(&output.stderr).into_owned()
+            + &String::from_utf8_lossy(&output.stdout);
+        assert!(!output.status.success(), "{said}");
+        assert!(
+            said.contains("cannot reach") && said.contains("CLAIMONCE_LOCAL_DIR"),
+            "{said}"
+        );
+    } else {
+        // Not root: the server runs as this user, who owns the folder, so it serves.
+        let mut run = command
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        use tokio::io::AsyncBufReadExt as _;
+        let mut lines = tokio::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(300), async {
+            while let Some(line) = lines.next_line().await.expect("read") {
+                if line.starts_with("Ctrl-C stops") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        assert!(ready, "the local run serves from a folder of its own user");
+    }
+    let _ = std::fs::remove_dir_all(&closed);
+}
