@@ -182,11 +182,7 @@ impl Postgres {
     /// `Options::keep` the data stays, and `start` on the same directory and port brings the
     /// same database back.
     pub fn stop(&self) -> io::Result<()> {
-        let data = self.dir.join("data").to_string_lossy().into_owned();
-        check(
-            server_command(&tool("pg_ctl"), &["-D", &data, "stop", "-m", "fast", "-w"]).output(),
-            "pg_ctl stop",
-        )
+        stop_server(&self.dir.join("data"), "pg_ctl stop")
     }
 
     /// A `postgres://` URL for database `db` as user `postgres`, plain TCP on loopback.
@@ -230,14 +226,16 @@ fn stop_a_stale_server(data: &Path) -> io::Result<()> {
         "claimonce-local: stopping the PostgreSQL (pid {pid}) an earlier run left on {}",
         data.display()
     );
-    let data_arg = data.to_string_lossy().into_owned();
+    stop_server(data, "pg_ctl stop (a server an earlier run left)")
+}
+
+/// Stops the server on `data` (fast shutdown) and waits for it; `what` names the step in an
+/// error.
+fn stop_server(data: &Path, what: &str) -> io::Result<()> {
+    let data = data.to_string_lossy().into_owned();
     check(
-        server_command(
-            &tool("pg_ctl"),
-            &["-D", &data_arg, "stop", "-m", "fast", "-w"],
-        )
-        .output(),
-        "pg_ctl stop (a server an earlier run left)",
+        server_command(&tool("pg_ctl"), &["-D", &data, "stop", "-m", "fast", "-w"]).output(),
+        what,
     )
 }
 

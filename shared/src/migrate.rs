@@ -111,7 +111,7 @@ pub async fn apply_within(
     let mut applied = Vec::new();
     let mut attempt = 1;
     loop {
-        match apply_into(client, migrations, &mut applied, Some(&local)).await {
+        match apply_into(client, migrations, &mut applied, &local).await {
             Err(MigrateError::Database { error, .. })
                 if attempt < bounds.lock_attempts
                     && error.code()
@@ -134,20 +134,19 @@ pub async fn apply(
     migrations: &[Migration],
 ) -> Result<Vec<i32>, MigrateError> {
     let mut applied = Vec::new();
-    apply_into(client, migrations, &mut applied, None).await?;
+    apply_into(client, migrations, &mut applied, "").await?;
     Ok(applied)
 }
 
 /// [`apply`], adding each version it applies to `applied` as it commits; `bounds` (`SET LOCAL`
-/// statements) open every transaction.
+/// statements, or nothing) open every transaction.
 async fn apply_into(
     client: &mut Client,
     migrations: &[Migration],
     applied: &mut Vec<i32>,
-    bounds: Option<&str>,
+    bounds: &str,
 ) -> Result<(), MigrateError> {
     let db = |version| move |error| MigrateError::Database { version, error };
-    let bounds = bounds.unwrap_or("");
     let tx = client.transaction().await.map_err(db(None))?;
     tx.batch_execute(&format!("{bounds}; {BOOKKEEPING}"))
         .await

@@ -53,6 +53,9 @@ impl Default for Limits {
 pub struct Receiver<P> {
     /// Replaced when the signing secrets are read again ([`Receiver::with_secret_refresh`]).
     provider: std::sync::RwLock<std::sync::Arc<P>>,
+    /// The provider's ledger name, read once: a rebuilt provider keeps it, and the log lines
+    /// and the claim need it without taking the lock.
+    name: &'static str,
     refresh: Option<Refresh<P>>,
     database: Database,
     limits: Limits,
@@ -125,6 +128,7 @@ impl<P: Provider> Receiver<P> {
     /// Assembles a receiver.
     pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
         Self {
+            name: provider.name(),
             provider: std::sync::RwLock::new(std::sync::Arc::new(provider)),
             refresh: None,
             database,
@@ -175,7 +179,6 @@ impl<P: Provider> Receiver<P> {
             return false;
         }
         *last = Instant::now();
-        let name = self.provider().name();
         let rebuilt = match refresh.secrets.read().await {
             Ok(raw) => (refresh.build)(&raw),
             Err(e) => Err(e),
@@ -190,7 +193,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Info,
                     "signing secrets read again after a signature matched none",
-                    serde_json::json!({"provider": name}),
+                    serde_json::json!({"provider": self.name}),
                 );
                 true
             }
@@ -198,7 +201,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Warn,
                     "could not read the signing secrets again",
-                    serde_json::json!({"provider": name, "error": e.to_string()}),
+                    serde_json::json!({"provider": self.name, "error": e.to_string()}),
                 );
                 false
             }
@@ -213,7 +216,7 @@ impl<P: Provider> Receiver<P> {
         let connected = self.database.warm_up().await;
         let connect_ms = started.elapsed().as_secs_f64() * 1000.0;
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.provider().name().into());
+        fields.insert("provider".into(), self.name.into());
         let cold = metrics::Metric {
             name: "ColdStart",
             unit: "Count",
@@ -229,20 +232,12 @@ impl<P: Provider> Receiver<P> {
                     unit: "Milliseconds",
                     value: connect_ms,
                 };
-                metrics::embed(
-                    &mut fields,
-                    &[("Provider", self.provider().name())],
-                    &[cold, connect],
-                );
+                metrics::embed(&mut fields, &[("Provider", self.name)], &[cold, connect]);
                 self.log.write(Level::Info, "cold start", fields);
             }
             Err(e) => {
                 fields.insert("error".into(), e.to_string().into());
-                metrics::embed(
-                    &mut fields,
-                    &[("Provider", self.provider().name())],
-                    &[cold],
-                );
+                metrics::embed(&mut fields, &[("Provider", self.name)], &[cold]);
                 self.log
                     .write(Level::Warn, "database not reachable at cold start", fields);
             }
@@ -262,7 +257,7 @@ impl<P: Provider> Receiver<P> {
             bound.statement_timeout.is_zero() || bound.statement_timeout > function_timeout;
         if unbounded {
             let mut fields = Map::new();
-            fields.insert("provider".into(), self.provider().name().into());
+            fields.insert("provider".into(), self.name.into());
             fields.insert("login".into(), bound.login.as_str().into());
             fields.insert(
                 "statement_timeout_ms".into(),
@@ -281,11 +276,7 @@ impl<P: Provider> Receiver<P> {
                 unit: "Count",
                 value: 1.0,
             };
-            metrics::embed(
-                &mut fields,
-                &[("Provider", self.provider().name())],
-                &[metric],
-            );
+            metrics::embed(&mut fields, &[("Provider", self.name)], &[metric]);
             self.log.write(
                 Level::Error,
                 "the login's statement_timeout does not end a statement within the function's \
@@ -304,18 +295,14 @@ impl<P: Provider> Receiver<P> {
             return;
         }
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.provider().name().into());
+        fields.insert("provider".into(), self.name.into());
         fields.insert("event_id".into(), event_id.as_str().into());
         let metric = metrics::Metric {
             name: "Reconnects",
             unit: "Count",
             value: reconnects as f64,
         };
-        metrics::embed(
-            &mut fields,
-            &[("Provider", self.provider().name())],
-            &[metric],
-        );
+        metrics::embed(&mut fields, &[("Provider", self.name)], &[metric]);
         self.log.write(Level::Info, "reconnected", fields);
     }
 
@@ -356,7 +343,7 @@ impl<P: Provider> Receiver<P> {
             );
         }
         let line = DeliveryLine {
-            provider: self.provider().name(),
+            provider: self.name,
             request_id,
             event_id: delivery.event_id.as_ref().map(EventId::as_str),
             event_type: delivery.event_type.as_deref(),
@@ -369,7 +356,7 @@ impl<P: Provider> Receiver<P> {
             },
             error: delivery.error.as_deref(),
             latency_ms,
-            metrics: metrics::Delivery::new(self.provider().name(), disposition, latency_ms),
+            metrics: metrics::Delivery::new(self.name, disposition, latency_ms),
         };
         let level = match delivery.disposition {
             Disposition::Error => Level::Error,
@@ -424,7 +411,7 @@ impl<P: Provider> Receiver<P> {
             Err(r) => return Delivery::rejected(r),
         };
         let claim = Claim {
-            provider: self.provider().name(),
+            provider: self.name,
             event_id: parsed.event_id.as_str(),
             event_type: &parsed.event_type,
             payload_sha256,
