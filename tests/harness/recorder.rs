@@ -171,6 +171,23 @@ impl Recorder {
         .await
     }
 
+    /// The AWS configuration a function would have, with every call sent here: region
+    /// `us-east-1`, static test credentials, this server as the endpoint of every service.
+    pub async fn aws_config(&self) -> aws_config::SdkConfig {
+        claimonce::auth::aws_config()
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(&self.url)
+            .credentials_provider(aws_credential_types::Credentials::new(
+                "AKIDEXAMPLE",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                None,
+                None,
+                "test",
+            ))
+            .load()
+            .await
+    }
+
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().expect("requests").clone()

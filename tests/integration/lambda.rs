@@ -281,25 +281,22 @@ async fn the_local_run_stops_its_database_however_it_ends() {
     let data = dir.join("postgres/data");
     let bins = binaries().await;
     let binary = bins.join("claimonce-local");
-    let start = || {
-        let mut command = std::process::Command::new(&binary);
-        command
-            .args(["run", "--port", "0", "--instances", "1"])
-            .env("CLAIMONCE_LOCAL_DIR", &dir)
-            // The suite's own build: the run rebuilds nothing another test is running.
-            .env("CLAIMONCE_LOCAL_BINARIES", bins)
-            .env_remove("DATABASE_URL")
-            // Its own process group, as a terminal's foreground job has.
-            .process_group(0)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        tokio::process::Command::from(command)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn claimonce-local")
-    };
-    let mut run = start();
+    let mut command = std::process::Command::new(&binary);
+    command
+        .args(["run", "--port", "0", "--instances", "1"])
+        .env("CLAIMONCE_LOCAL_DIR", &dir)
+        // The suite's own build: the run rebuilds nothing another test is running.
+        .env("CLAIMONCE_LOCAL_BINARIES", bins)
+        .env_remove("DATABASE_URL")
+        // Its own process group, as a terminal's foreground job has.
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut run = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn claimonce-local");
     // Up once its PostgreSQL answers: read from the folder, not from the run's output.
     let is_up = |port: &str| {
         std::process::Command::new(claimonce_local::postgres::tool("pg_isready"))

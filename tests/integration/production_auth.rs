@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_config::Region;
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use claimonce::Receiver;
@@ -102,12 +101,7 @@ fn aws_env<'a>(tls: &'a TlsServer, port: &'a str) -> Vec<(&'a str, &'a str)> {
 #[tokio::test]
 async fn the_sdk_reads_the_standard_rds_secret() {
     let stub = Recorder::secrets_manager(ARN, SECRET).await;
-    let config = claimonce::auth::aws_config()
-        .region(Region::new("us-east-1"))
-        .endpoint_url(&stub.url)
-        .credentials_provider(credentials())
-        .load()
-        .await;
+    let config = stub.aws_config().await;
     let secret = fetch_secret(&config, ARN).await.expect("secret");
     assert_eq!(
         (secret.username.as_str(), secret.port),
@@ -488,12 +482,7 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
     tls.require_password(&admin, "stripe_fn").await;
     let current = Arc::new(Mutex::new(secret_with("first-pw")));
     let stub = Recorder::rotating_secret(ARN, Arc::clone(&current)).await;
-    let aws = claimonce::auth::aws_config()
-        .region(Region::new("us-east-1"))
-        .endpoint_url(&stub.url)
-        .credentials_provider(credentials())
-        .load()
-        .await;
+    let aws = stub.aws_config().await;
     let settings = Settings::with_secret(
         "localhost",
         tls.server.port,
@@ -641,12 +630,7 @@ async fn within_the_refresh_interval_a_mismatch_reads_nothing() {
     let db = claimonce_tests::TestDb::new().await;
     let current = Arc::new(Mutex::new("whsec_before".to_owned()));
     let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
-    let aws = claimonce::auth::aws_config()
-        .region(Region::new("us-east-1"))
-        .endpoint_url(&stub.url)
-        .credentials_provider(credentials())
-        .load()
-        .await;
+    let aws = stub.aws_config().await;
     let secrets = claimonce::secrets::WebhookSecrets::secrets_manager(
         "STRIPE_WEBHOOK_SECRET",
         WEBHOOK_ARN,

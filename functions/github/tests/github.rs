@@ -611,23 +611,6 @@ async fn a_forwarded_number_jsonb_cannot_store_is_a_400_that_writes_nothing() {
     assert_eq!(db.count("SELECT count(*) FROM outbox").await, 0);
 }
 
-/// The relay's SQS dispatcher, pointed at the harness's recorder in place of SQS.
-async fn sqs_at(endpoint: &str, queue: &str) -> outbox_relay::sqs::Sqs {
-    let aws = claimonce::auth::aws_config()
-        .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(aws_credential_types::Credentials::new(
-            "AKIDEXAMPLE",
-            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-            None,
-            None,
-            "test",
-        ))
-        .load()
-        .await;
-    outbox_relay::sqs::Sqs::new(&aws, queue)
-}
-
 /// One relay run over everything pending, to `sqs`.
 async fn relay_to(db: &TestDb, sqs: &outbox_relay::sqs::Sqs) -> outbox_relay::Report {
     let settings = db.settings();
@@ -672,7 +655,11 @@ async fn a_forward_leaves_as_the_signed_bytes_and_a_replay_under_another_name_ke
         .get(0);
 
     let recorder = claimonce_tests::recorder::Recorder::sqs(&[]).await;
-    let report = relay_to(&db, &sqs_at(&recorder.url, QUEUE).await).await;
+    let report = relay_to(
+        &db,
+        &outbox_relay::sqs::Sqs::new(&recorder.aws_config().await, QUEUE),
+    )
+    .await;
     let errors: Vec<Option<String>> = db
         .client()
         .await
@@ -744,7 +731,11 @@ async fn a_forward_no_queue_message_could_hold_is_413_and_writes_nothing() {
         (200, "processed".into())
     );
     let recorder = claimonce_tests::recorder::Recorder::sqs(&[]).await;
-    let report = relay_to(&db, &sqs_at(&recorder.url, QUEUE).await).await;
+    let report = relay_to(
+        &db,
+        &outbox_relay::sqs::Sqs::new(&recorder.aws_config().await, QUEUE),
+    )
+    .await;
     assert_eq!(report.dispatched, 1, "{report:?}");
     let sent = recorder.requests();
     assert_eq!(
