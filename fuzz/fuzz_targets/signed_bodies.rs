@@ -43,8 +43,8 @@ fn check<E>(
             // that effect under the claim.
             let effect = effect(&parsed);
             let sql = statement(effect.as_ref());
-            if let Some(effect) = &effect {
-                assert!(sql.contains(&format!("CASE WHEN c.won THEN {}(", effect.function())));
+            if let Some(function) = effect.as_ref().and_then(Effect::function) {
+                assert!(sql.contains(&format!("CASE WHEN c.won THEN {function}(")));
             }
         }
     }

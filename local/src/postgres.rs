@@ -327,7 +327,8 @@ pub fn provider_login_sql(login: &str, provider: &str) -> String {
         "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{login}') \
          THEN CREATE ROLE {login} LOGIN IN ROLE claimonce_{provider}; END IF; END $$; \
          ALTER ROLE {login} SET statement_timeout = '3s'; \
-         ALTER ROLE {login} SET idle_in_transaction_session_timeout = '3s';"
+         ALTER ROLE {login} SET idle_in_transaction_session_timeout = '3s'; \
+         ALTER ROLE {login} SET lock_timeout = '2s';"
     )
 }
 

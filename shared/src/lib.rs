@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod effect;
 pub mod lambda;
 pub mod log;
 mod metrics;
@@ -22,6 +23,7 @@ pub mod secrets;
 pub mod timestamp;
 pub mod verify;
 
+pub use effect::{EffectError, Tx};
 pub use lambda::{run_from_env, serve};
 pub use pipeline::{Effect, Forwardable, Param};
 pub use provider::{EventId, MAX_EVENT_ID_LEN, Parsed, Provider, Signed, Unsigned};

@@ -49,13 +49,23 @@ impl std::fmt::Debug for Param {
 }
 
 /// What a won claim does to the database: one call of an effect function, a PL/pgSQL
-/// function that a migration added (see the README's "Adding a provider").
+/// function that a migration added (see the README's "Adding a provider"), in the claim's one
+/// statement; or the provider's [`Provider::apply`](crate::Provider::apply), Rust on the
+/// claim's transaction ([`Effect::in_rust`]).
 #[derive(Debug)]
 pub struct Effect {
-    function: &'static str,
-    params: Vec<Param>,
-    /// The claim's provider and event id are passed first (`$1, $2`).
-    with_claim: bool,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Call {
+        function: &'static str,
+        params: Vec<Param>,
+        /// The claim's provider and event id are passed first (`$1, $2`).
+        with_claim: bool,
+    },
+    Rust,
 }
 
 /// The function [`Effect::forward`] calls (migration V12): it inserts the signed body into the
@@ -81,10 +91,25 @@ impl Effect {
     /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
     pub fn call(function: &'static str, params: Vec<Param>) -> Self {
         Self {
-            function,
-            params,
-            with_claim: false,
+            kind: Kind::Call {
+                function,
+                params,
+                with_claim: false,
+            },
         }
+    }
+
+    /// The provider's [`Provider::apply`](crate::Provider::apply): async Rust that runs only
+    /// after the claim is won, with a [`Tx`](crate::effect::Tx) on the claim's transaction,
+    /// and commits or rolls back with it (more round trips than [`Effect::call`]: one for
+    /// each statement it sends, and one for the commit).
+    pub fn in_rust() -> Self {
+        Self { kind: Kind::Rust }
+    }
+
+    /// True for [`Effect::in_rust`].
+    pub fn is_rust(&self) -> bool {
+        matches!(self.kind, Kind::Rust)
     }
 
     /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
@@ -94,20 +119,37 @@ impl Effect {
     pub fn forward(topic: String, event: Forwardable) -> Self {
         let (header, value) = event.signature.unzip();
         Self {
-            function: FORWARD_FUNCTION,
-            params: vec![
-                Param::new(topic, Type::TEXT),
-                Param::new(event.body, Type::TEXT),
-                Param::new(header, Type::TEXT),
-                Param::new(value, Type::TEXT),
-            ],
-            with_claim: true,
+            kind: Kind::Call {
+                function: FORWARD_FUNCTION,
+                params: vec![
+                    Param::new(topic, Type::TEXT),
+                    Param::new(event.body, Type::TEXT),
+                    Param::new(header, Type::TEXT),
+                    Param::new(value, Type::TEXT),
+                ],
+                with_claim: true,
+            },
         }
     }
 
-    /// The function's name.
-    pub fn function(&self) -> &'static str {
-        self.function
+    /// The effect function's name; `None` for [`Effect::in_rust`].
+    pub fn function(&self) -> Option<&'static str> {
+        match &self.kind {
+            Kind::Call { function, .. } => Some(function),
+            Kind::Rust => None,
+        }
+    }
+
+    /// The call's function, arguments and whether the claim's identity comes first.
+    fn call_parts(&self) -> Option<(&'static str, &[Param], bool)> {
+        match &self.kind {
+            Kind::Call {
+                function,
+                params,
+                with_claim,
+            } => Some((function, params, *with_claim)),
+            Kind::Rust => None,
+        }
     }
 }
 
@@ -290,18 +332,19 @@ pub(crate) enum Finished {
 /// The claim's four parameters come first; an effect's arguments follow from `$5`.
 const CLAIM_PARAMS: usize = 4;
 
-/// The one statement of a delivery with `effect` (or of an event without one).
+/// The one statement of a delivery with `effect` (or of an event without one, or with a Rust
+/// effect: then the claim alone, the first statement of the claim's transaction).
 pub fn statement(effect: Option<&Effect>) -> String {
     let mut sql = String::from("SELECT c.won, c.stored_sha256");
-    if let Some(effect) = effect {
+    if let Some((function, params, with_claim)) = effect.and_then(Effect::call_parts) {
         // Writing into a String cannot fail.
-        let _ = write!(sql, ", CASE WHEN c.won THEN {}(", effect.function);
+        let _ = write!(sql, ", CASE WHEN c.won THEN {function}(");
         let mut sep = "";
-        if effect.with_claim {
+        if with_claim {
             sql.push_str("$1, $2");
             sep = ", ";
         }
-        for i in 0..effect.params.len() {
+        for i in 0..params.len() {
             let _ = write!(sql, "{sep}${}", CLAIM_PARAMS + 1 + i);
             sep = ", ";
         }
@@ -319,35 +362,118 @@ pub(crate) async fn run(
     claim: &Claim<'_>,
     effect: Option<&Effect>,
 ) -> Result<Finished, tokio_postgres::Error> {
+    let rows = send(client, claim, effect).await?;
+    Ok(read(&rows, effect.is_some()))
+}
+
+/// Sends the delivery statement (for a Rust effect, the claim alone) and returns its rows.
+async fn send(
+    client: &Client,
+    claim: &Claim<'_>,
+    effect: Option<&Effect>,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let hash: &[u8] = &claim.payload_sha256;
+    let call = effect.and_then(Effect::call_parts);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
-        Vec::with_capacity(CLAIM_PARAMS + effect.map_or(0, |e| e.params.len()));
+        Vec::with_capacity(CLAIM_PARAMS + call.map_or(0, |(_, p, _)| p.len()));
     params.extend([
         (&claim.provider as &(dyn ToSql + Sync), Type::TEXT),
         (&claim.event_id, Type::TEXT),
         (&claim.event_type, Type::TEXT),
         (&hash, Type::BYTEA),
     ]);
-    if let Some(effect) = effect {
+    if let Some((_, call_params, _)) = call {
         params.extend(
-            effect
-                .params
+            call_params
                 .iter()
                 .map(|p| (&*p.value as &(dyn ToSql + Sync), p.ty.clone())),
         );
     }
     // tokio-postgres encodes every parameter before it sends anything, so a value that cannot
     // be encoded fails here with nothing on the wire.
-    let rows = client.query_typed(&statement(effect), &params).await?;
+    client.query_typed(&statement(effect), &params).await
+}
+
+/// How the statement ended, from its one row.
+fn read(rows: &[tokio_postgres::Row], has_effect: bool) -> Finished {
     let row = rows.first();
     let won = row.and_then(|r| r.try_get::<_, bool>(0).ok());
-    Ok(match (won, effect) {
-        (Some(true), Some(_)) => Finished::Processed,
-        (Some(true), None) => Finished::Ignored,
+    match (won, has_effect) {
+        (Some(true), true) => Finished::Processed,
+        (Some(true), false) => Finished::Ignored,
         _ => Finished::Duplicate {
             stored_sha256: row.and_then(|r| r.try_get::<_, Option<Vec<u8>>>(1).ok().flatten()),
         },
-    })
+    }
+}
+
+/// A Rust effect, called with the claim's transaction once the claim is won.
+pub(crate) trait Apply: Send + Sync {
+    fn apply<'t>(
+        &'t self,
+        tx: &'t crate::effect::Tx<'t>,
+    ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>>;
+}
+
+/// What [`run_in_rust`] calls.
+pub(crate) type RustEffect<'a> = &'a dyn Apply;
+
+/// The claim and a Rust effect on one explicit transaction: `BEGIN` pipelined with the claim
+/// (one flight), then the effect's statements if the claim was won, then `COMMIT`. Any error
+/// sends `ROLLBACK` (when the connection is still usable and the deadline allows), so the
+/// claim vanishes with whatever the effect wrote.
+pub(crate) async fn run_in_rust(
+    client: &Client,
+    claim: &Claim<'_>,
+    effect: &Effect,
+    apply: RustEffect<'_>,
+    deadline: tokio::time::Instant,
+) -> Result<Finished, crate::db::DeliveryError> {
+    use crate::db::DeliveryError;
+    let begun = futures_util::future::try_join(
+        client.batch_execute("BEGIN"),
+        send(client, claim, Some(effect)),
+    )
+    .await;
+    let outcome = match begun {
+        Err(e) => Err(DeliveryError::Failed(e)),
+        Ok(((), rows)) => match read(&rows, true) {
+            Finished::Processed => {
+                let tx = crate::effect::Tx::new(client, deadline);
+                match apply.apply(&tx).await {
+                    // A statement that failed aborted the transaction, and COMMIT would answer
+                    // with a silent rollback: an effect that went on past its error has failed.
+                    Ok(()) if tx.failed() => {
+                        Err(DeliveryError::Effect(crate::effect::EffectError::failed(
+                            "the effect went on after one of its statements failed",
+                        )))
+                    }
+                    Ok(()) => Ok(Finished::Processed),
+                    Err(e) if e.past_deadline() => Err(DeliveryError::TimedOut),
+                    Err(e) => Err(e
+                        .into_database()
+                        .map_or_else(DeliveryError::Effect, DeliveryError::Failed)),
+                }
+            }
+            lost => Ok(lost),
+        },
+    };
+    match outcome {
+        Ok(finished) => match client.batch_execute("COMMIT").await {
+            Ok(()) => Ok(finished),
+            Err(e) => Err(DeliveryError::Failed(e)),
+        },
+        Err(e) => {
+            let usable = !client.is_closed()
+                && !matches!(&e, DeliveryError::Failed(f) if crate::db::lost(f));
+            if usable && tokio::time::Instant::now() < deadline {
+                // Its own failure is the answer: the server rolls back a transaction whose
+                // connection closes, too.
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::fmt;
 
 use http::HeaderMap;
 
+use crate::effect::{EffectError, Tx};
 use crate::pipeline::Effect;
 use crate::response::{Problem, Rejection};
 use crate::verify::{HeaderFault, Verified, Verify, one_header};
@@ -163,6 +164,21 @@ pub trait Provider: Send + Sync + 'static {
     /// this delivery wins the claim, in the claim's transaction. `None` for an event that has
     /// no effect (claimed and answered "ignored").
     fn effect(&self, event: &Parsed<Self::Event>) -> Option<Effect>;
+
+    /// The event's effect in Rust, for an event whose [`effect`](Self::effect) is
+    /// [`Effect::in_rust`]: called only after this delivery won the claim, with `tx` on the
+    /// claim's transaction, which commits when it returns `Ok` and rolls back (the claim too)
+    /// when it returns an error. It may be called again for the same event after a rollback
+    /// (a lost connection is retried once), so it keeps nothing of its own between calls.
+    /// The default refuses: a provider that never returns [`Effect::in_rust`] needs none.
+    fn apply<'a>(
+        &'a self,
+        event: &'a Parsed<Self::Event>,
+        tx: &'a Tx<'a>,
+    ) -> impl Future<Output = Result<(), EffectError>> + Send + 'a {
+        let _ = (event, tx);
+        async { Err(EffectError::failed("this provider has no Rust effect")) }
+    }
 }
 
 #[cfg(test)]

@@ -416,8 +416,13 @@ impl<P: Provider> Receiver<P> {
             event_type: &parsed.event_type,
             payload_sha256,
         };
-        let effect = self.provider().effect(&parsed);
-        let outcome = self.database.deliver(&claim, effect.as_ref()).await;
+        let provider = self.provider();
+        let effect = provider.effect(&parsed);
+        let apply = Applier {
+            provider: &*provider,
+            parsed: &parsed,
+        };
+        let outcome = self.database.deliver(&claim, effect.as_ref(), &apply).await;
         self.report_reconnects(&parsed.event_id);
         let (disposition, error) = match outcome {
             Ok(Finished::Processed) => (Disposition::Processed, None),
@@ -454,6 +459,21 @@ pub struct Admitted<E> {
     pub parsed: Parsed<E>,
     /// SHA-256 of the raw body, stored with the claim.
     pub payload_sha256: [u8; 32],
+}
+
+/// One delivery's Rust effect: the provider's [`Provider::apply`] for its event.
+struct Applier<'a, P: Provider> {
+    provider: &'a P,
+    parsed: &'a Parsed<P::Event>,
+}
+
+impl<P: Provider> crate::pipeline::Apply for Applier<'_, P> {
+    fn apply<'t>(
+        &'t self,
+        tx: &'t crate::effect::Tx<'t>,
+    ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>> {
+        Box::pin(self.provider.apply(self.parsed, tx))
+    }
 }
 
 pub(crate) fn unix_now() -> u64 {

@@ -37,6 +37,11 @@ pub enum Fault {
     /// implicit transaction has committed), and close the connection instead of forwarding
     /// the answer.
     DropAnswer,
+    /// As `DropRequest`, for the first flight that sends a statement containing the text.
+    DropRequestWith(&'static str),
+    /// As `DropAnswer`, for the first flight that sends a statement containing the text (a
+    /// `COMMIT` among several flights of one transaction).
+    DropAnswerTo(&'static str),
 }
 
 const NO_FAULT: u8 = 0;
@@ -59,6 +64,9 @@ struct Shared {
     statements: Mutex<Vec<String>>,
     /// Faults that fired.
     fired: AtomicU64,
+    /// A fault armed for the flight that sends a statement containing the text: `DROP_REQUEST`
+    /// or `DROP_ANSWER`, and the text.
+    armed_for: Mutex<Option<(u8, &'static str)>>,
     /// Behave as RDS Proxy does: no `BackendKeyData` to clients, cancels dropped.
     like_rds_proxy: bool,
     /// `BackendKeyData` messages withheld from clients.
@@ -117,7 +125,27 @@ fn sets_something(sql: &str) -> bool {
     })
 }
 
+/// The statement text a `Query` or `Parse` message carries.
+fn statement_of(tag: u8, body: &[u8]) -> Option<String> {
+    match tag {
+        b'Q' => Some(cstring(body).0),
+        b'P' => Some(cstring(cstring(body).1).0),
+        _ => None,
+    }
+}
+
 impl Shared {
+    /// The fault armed for a statement among `sent`, taken (it fires once).
+    fn take_armed(&self, sent: &[String]) -> Option<u8> {
+        let mut armed = self.armed_for.lock().ok()?;
+        let (kind, text) = (*armed)?;
+        if sent.iter().any(|sql| sql.contains(text)) {
+            *armed = None;
+            return Some(kind);
+        }
+        None
+    }
+
     /// Reads one complete frontend message.
     fn frontend_message(&self, tag: u8, body: &[u8]) {
         match tag {
@@ -247,8 +275,22 @@ async fn client_to_server(
                 }
             }
         }
+        let mut sent = Vec::new();
         for (tag, body) in framer.feed(&buf[..n]) {
+            if let Some(sql) = statement_of(tag, &body) {
+                sent.push(sql);
+            }
             shared.frontend_message(tag, &body);
+        }
+        match shared.take_armed(&sent) {
+            Some(DROP_REQUEST) => {
+                shared.fired.fetch_add(1, Ordering::SeqCst);
+                close.notify_waiters();
+                break;
+            }
+            // Counted as fired once the withheld answer is complete.
+            Some(_) => shared.fault.store(ANSWER_HELD, Ordering::SeqCst),
+            None => {}
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
@@ -437,10 +479,15 @@ impl WireProxy {
 
     /// Arms `fault` for the next flight of an established connection.
     pub fn inject(&self, fault: Fault) {
-        let code = match fault {
-            Fault::DropRequest => DROP_REQUEST,
-            Fault::DropAnswer => DROP_ANSWER,
+        let (code, armed) = match fault {
+            Fault::DropRequest => (DROP_REQUEST, None),
+            Fault::DropAnswer => (DROP_ANSWER, None),
+            Fault::DropRequestWith(text) => (NO_FAULT, Some((DROP_REQUEST, text))),
+            Fault::DropAnswerTo(text) => (NO_FAULT, Some((DROP_ANSWER, text))),
         };
+        if let Ok(mut slot) = self.shared.armed_for.lock() {
+            *slot = armed;
+        }
         self.shared.fault.store(code, Ordering::SeqCst);
     }
 

@@ -428,6 +428,7 @@ async fn the_handler_users_get_their_timeouts_as_login_role_settings() {
         settings,
         [
             "idle_in_transaction_session_timeout=2500ms",
+            "lock_timeout=2000ms",
             "statement_timeout=2500ms"
         ]
     );
@@ -445,6 +446,15 @@ async fn the_handler_users_get_their_timeouts_as_login_role_settings() {
             .get(0);
         assert_eq!(shown, "2500ms", "{name}");
     }
+    let lock: String = client
+        .query_one("SHOW lock_timeout", &[])
+        .await
+        .expect("show")
+        .get(0);
+    assert_eq!(
+        lock, "2s",
+        "a Rust effect's lock wait is bounded as the functions' are"
+    );
 }
 
 #[tokio::test]

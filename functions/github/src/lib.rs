@@ -455,7 +455,10 @@ mod tests {
         let Some(effect) = effect(&issue.event) else {
             panic!("forwarded");
         };
-        assert_eq!(effect.function(), claimonce::pipeline::FORWARD_FUNCTION);
+        assert_eq!(
+            effect.function(),
+            Some(claimonce::pipeline::FORWARD_FUNCTION)
+        );
     }
 
     #[test]

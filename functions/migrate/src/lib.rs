@@ -12,7 +12,8 @@
 //! - a plain invoke (`aws lambda invoke --payload '{}'`): returns `{"applied": [...]}`.
 //!
 //! After the migrations it sets the login-role defaults of the handler users
-//! (`DB_HANDLER_USERS`): `statement_timeout` and `idle_in_transaction_session_timeout`, so a
+//! (`DB_HANDLER_USERS`): `statement_timeout`, `idle_in_transaction_session_timeout` and
+//! `lock_timeout` (2 s, or the statement timeout if shorter), so a
 //! delivery sends no `SET` on the wire (a `SET` would pin the session behind RDS Proxy). A user
 //! given as `user:role` (`stripe_webhook:claimonce_stripe`) is also granted its provider's role
 //! and taken out of the shared `claimonce_handler` of earlier releases (migration V9), so one
@@ -488,7 +489,11 @@ impl Migrator {
     }
 }
 
-/// Sets `statement_timeout` and `idle_in_transaction_session_timeout` as login-role defaults
+/// The handler users' `lock_timeout`, in milliseconds, unless their statement timeout is
+/// shorter: what the shipped effect functions set for themselves.
+const HANDLER_LOCK_TIMEOUT_MS: u128 = 2000;
+
+/// Sets `statement_timeout`, `idle_in_transaction_session_timeout` and `lock_timeout` as login-role defaults
 /// of every handler user, so each new session of theirs starts with them, and moves a user
 /// given with its provider's role onto that role. Idempotent: the same value set again, or a
 /// role granted again, changes nothing. A role that does not exist fails the run with its name.
@@ -516,9 +521,14 @@ async fn configure_handlers(client: &Client, options: &Options) -> Result<(), St
             }
         }
         let quoted = user.quoted();
+        // A Rust effect's statements (claimonce::effect) wait for a lock at most as long as
+        // the shipped functions do (their `SET lock_timeout = '2s'`), and never longer than
+        // a statement may run.
+        let lock_ms = ms.min(HANDLER_LOCK_TIMEOUT_MS);
         let mut sql = format!(
             "ALTER ROLE {quoted} SET statement_timeout = '{ms}ms'; \
-             ALTER ROLE {quoted} SET idle_in_transaction_session_timeout = '{ms}ms'"
+             ALTER ROLE {quoted} SET idle_in_transaction_session_timeout = '{ms}ms'; \
+             ALTER ROLE {quoted} SET lock_timeout = '{lock_ms}ms'"
         );
         if let Some(role) = role {
             // The REVOKE runs only where the grant exists: PostgreSQL warns otherwise.

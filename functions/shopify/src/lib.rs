@@ -20,7 +20,8 @@ use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Verify, lower_hex, split_secrets};
 use claimonce::{
-    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+    Effect, EffectError, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Tx, Type,
+    Unsigned,
 };
 use serde::Deserialize;
 
@@ -223,24 +224,13 @@ pub fn parse_event(
     Ok(parsed)
 }
 
-/// The event's effect: `shopify_keep_order_v1` or `shopify_mark_uninstalled_v1` (this crate's
-/// migration V13), none for other topics.
+/// The event's effect: an order is kept by [`keep_order`], Rust on the claim's transaction
+/// (this crate's migration V15); an uninstall calls `shopify_mark_uninstalled_v1` (V13), one
+/// statement with the claim; other topics have none.
 pub fn effect(event: &ShopifyEvent) -> Option<Effect> {
     match event {
         ShopifyEvent::Other => None,
-        ShopifyEvent::Order(o) => Some(Effect::call(
-            "shopify_keep_order_v1",
-            vec![
-                Param::new(o.id, Type::INT8),
-                Param::new(o.state.to_owned(), Type::TEXT),
-                Param::new(o.updated_at.clone(), Type::TEXT),
-                Param::new(o.rank, Type::INT2),
-                Param::new(o.email.clone(), Type::TEXT),
-                Param::new(o.financial_status.clone(), Type::TEXT),
-                Param::new(o.total_price.clone(), Type::TEXT),
-                Param::new(o.currency.clone(), Type::TEXT),
-            ],
-        )),
+        ShopifyEvent::Order(_) => Some(Effect::in_rust()),
         ShopifyEvent::Uninstalled(s) => Some(Effect::call(
             "shopify_mark_uninstalled_v1",
             vec![
@@ -250,6 +240,58 @@ pub fn effect(event: &ShopifyEvent) -> Option<Effect> {
             ],
         )),
     }
+}
+
+/// Keeps the order's newest state, as `shopify_keep_order_v1` did (newer `updated_at` wins; at
+/// the same instant a cancellation wins; a cancelled order stays cancelled), and adds the event
+/// to the order's timeline: two statements on the claim's transaction, which the database
+/// accepts only under a claim that transaction won (V15's row-level security).
+pub async fn keep_order(
+    tx: &Tx<'_>,
+    event_id: &EventId,
+    topic: &str,
+    order: &Order,
+) -> Result<(), EffectError> {
+    tx.execute(
+        "INSERT INTO shopify_orders AS o (order_id, state, email, financial_status, \
+         total_price, currency, source_updated_at, source_rank) \
+         VALUES ($1, $2, $3, $4, $5::numeric, $6, $7::timestamptz, $8) \
+         ON CONFLICT (order_id) DO UPDATE SET \
+             state = CASE WHEN o.state = 'cancelled' THEN 'cancelled' ELSE EXCLUDED.state END, \
+             email = EXCLUDED.email, \
+             financial_status = EXCLUDED.financial_status, \
+             total_price = EXCLUDED.total_price, \
+             currency = EXCLUDED.currency, \
+             source_updated_at = EXCLUDED.source_updated_at, \
+             source_rank = EXCLUDED.source_rank, \
+             updated_at = now() \
+         WHERE (EXCLUDED.source_updated_at, EXCLUDED.source_rank) \
+             > (o.source_updated_at, o.source_rank)",
+        &[
+            (&order.id, Type::INT8),
+            (&order.state, Type::TEXT),
+            (&order.email, Type::TEXT),
+            (&order.financial_status, Type::TEXT),
+            (&order.total_price, Type::TEXT),
+            (&order.currency, Type::TEXT),
+            (&order.updated_at, Type::TEXT),
+            (&order.rank, Type::INT2),
+        ],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO shopify_order_events (order_id, event_id, topic, state, order_updated_at) \
+         VALUES ($1, $2, $3, $4, $5::timestamptz)",
+        &[
+            (&order.id, Type::INT8),
+            (&event_id.as_str(), Type::TEXT),
+            (&topic, Type::TEXT),
+            (&order.state, Type::TEXT),
+            (&order.updated_at, Type::TEXT),
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 impl Provider for Shopify {
@@ -273,6 +315,15 @@ impl Provider for Shopify {
 
     fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
         effect(&event.event)
+    }
+
+    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+        match &event.event {
+            ShopifyEvent::Order(order) => {
+                keep_order(tx, &event.event_id, &event.event_type, order).await
+            }
+            _ => Err(EffectError::failed("only an order event has a Rust effect")),
+        }
     }
 }
 

@@ -64,6 +64,9 @@ pub enum DeliveryError {
     /// cancelled on the server and the connection closed; whether it had committed first is
     /// not known here (a retry answers duplicate if it had).
     TimedOut,
+    /// A Rust effect failed on its own terms (its reason, or a statement its handle refused);
+    /// the transaction rolled back.
+    Effect(crate::effect::EffectError),
 }
 
 impl DeliveryError {
@@ -73,16 +76,23 @@ impl DeliveryError {
         match self {
             DeliveryError::Connect(e) => e.to_string(),
             DeliveryError::TimedOut => "delivery timed out".into(),
-            DeliveryError::Failed(e) => match e.as_db_error() {
-                Some(db) => match db.constraint() {
-                    Some(c) => format!("sqlstate {} (constraint {c})", db.code().code()),
-                    None => format!("sqlstate {}", db.code().code()),
-                },
-                None if e.is_closed() => "connection closed".into(),
-                None if io_error(e) => "connection error".into(),
-                None => "a parameter could not be encoded".into(),
-            },
+            DeliveryError::Failed(e) => statement_summary(e),
+            DeliveryError::Effect(e) => e.to_string(),
         }
+    }
+}
+
+/// A failed statement, for logs: the SQLSTATE and constraint name (never the server's
+/// message, which can quote values), or what went wrong on the socket.
+pub(crate) fn statement_summary(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.constraint() {
+            Some(c) => format!("sqlstate {} (constraint {c})", db.code().code()),
+            None => format!("sqlstate {}", db.code().code()),
+        },
+        None if e.is_closed() => "connection closed".into(),
+        None if io_error(e) => "connection error".into(),
+        None => "a parameter could not be encoded".into(),
     }
 }
 
@@ -97,6 +107,7 @@ impl std::error::Error for DeliveryError {
         match self {
             DeliveryError::Connect(e) => Some(e),
             DeliveryError::Failed(e) => Some(e),
+            DeliveryError::Effect(e) => Some(e),
             DeliveryError::TimedOut => None,
         }
     }
@@ -109,7 +120,7 @@ pub(super) fn io_error(e: &tokio_postgres::Error) -> bool {
 
 /// True when the error says the connection is gone (closed, killed by an administrator or a
 /// proxy, or the server restarting), as opposed to the statement failing.
-pub(super) fn connection_lost(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn connection_lost(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }

@@ -13,6 +13,7 @@ use tokio_postgres::{Client, NoTls};
 
 use self::error::connection_lost;
 pub use self::error::{ConnectError, DeliveryError};
+pub(crate) use self::error::{connection_lost as lost, statement_summary};
 pub use self::settings::{Settings, Timeouts};
 use crate::pipeline::{self, Claim, Effect, Finished};
 
@@ -276,17 +277,23 @@ impl Database {
     /// first attempt did commit, the second finds the claim taken and answers duplicate. When
     /// the deadline passes with the statement sent, the statement is cancelled on the server
     /// and the connection closed.
+    ///
+    /// For an [`Effect::in_rust`], `apply` runs on the claim's transaction once the claim is
+    /// won ([`pipeline::run_in_rust`]); a lost connection retries the whole transaction, which
+    /// the server rolled back (or, if it was the commit's answer that was lost, answers
+    /// duplicate).
     pub(crate) async fn deliver(
         &self,
         claim: &Claim<'_>,
         effect: Option<&Effect>,
+        apply: pipeline::RustEffect<'_>,
     ) -> Result<Finished, DeliveryError> {
         let mut slot = self.connection.lock().await;
         let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
         // The cancel key of the connection a statement is in flight on, while it is.
         let in_flight = std::sync::Mutex::new(None);
         let answered = {
-            let attempts = self.attempts(&mut slot, claim, effect, deadline, &in_flight);
+            let attempts = self.attempts(&mut slot, claim, effect, apply, deadline, &in_flight);
             tokio::pin!(attempts);
             let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
                 Ok(outcome) => return outcome,
@@ -322,6 +329,7 @@ impl Database {
         slot: &mut Option<Connection>,
         claim: &Claim<'_>,
         effect: Option<&Effect>,
+        apply: pipeline::RustEffect<'_>,
         deadline: tokio::time::Instant,
         in_flight: &std::sync::Mutex<Option<Arc<tokio_postgres::CancelToken>>>,
     ) -> Result<Finished, DeliveryError> {
@@ -347,18 +355,25 @@ impl Database {
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some(Arc::clone(&connection.cancel));
-            let outcome = pipeline::run(connection, claim, effect).await;
+            let outcome = match effect {
+                Some(rust) if rust.is_rust() => {
+                    pipeline::run_in_rust(connection, claim, rust, apply, deadline).await
+                }
+                _ => pipeline::run(connection, claim, effect)
+                    .await
+                    .map_err(DeliveryError::Failed),
+            };
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
             match outcome {
                 Ok(finished) => return Ok(finished),
-                Err(error) if connection_lost(&error) => {
+                Err(DeliveryError::Failed(error)) if connection_lost(&error) => {
                     *slot = None;
                     if retried {
                         return Err(DeliveryError::Failed(error));
                     }
                     retried = true;
                 }
-                Err(error) => return Err(DeliveryError::Failed(error)),
+                Err(error) => return Err(error),
             }
         }
     }

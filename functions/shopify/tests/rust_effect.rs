@@ -1,0 +1,548 @@
+//! Shopify's order effect is Rust on the claim's transaction (`claimonce::effect`), and it
+//! passes what the SQL effects pass: the database refuses its statements outside a claim that
+//! transaction won; the handle sends nothing a pooler would pin (read off the wire); a
+//! connection lost before the commit, or the commit's answer lost, settles to one application;
+//! a function killed inside the effect leaves nothing and its retry applies once; concurrent
+//! copies and a storm of duplicates and failures apply every event exactly once. The suite
+//! runs directly and, in its pooled pass, through PgBouncer.
+
+// A test asserts by panicking; its helpers too.
+#![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::collections::VecDeque;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use claimonce::db::Settings;
+use claimonce::verify::body_hmac::{BodyHmac, Encoding};
+use claimonce::verify::{Sign, Verify};
+use claimonce::{Effect, EffectError, Parsed, Provider, Receiver, Rejection, Signed, Tx, Unsigned};
+use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{outcome, payload_outcome, post_to, v2_event};
+use claimonce_tests::db::{all_at_once, receiver_with, sqlstate, test_timeouts};
+use claimonce_tests::lambda::{binaries, function};
+use claimonce_tests::proxy::{Fault, WireProxy};
+use claimonce_tests::roles::login_name;
+use serde_json::{Value, json};
+use shopify_webhook::{Shopify, ShopifyEvent};
+use tokio::sync::Mutex;
+
+const SECRET: &str = "test-shopify-client-secret";
+
+fn shopify() -> Shopify {
+    Shopify::new(&[SECRET]).expect("secret")
+}
+
+fn signed_headers(body: &[u8], topic: &str) -> Vec<(String, String)> {
+    let signer =
+        BodyHmac::new("x-shopify-hmac-sha256", "", Encoding::Base64, &[SECRET]).expect("secret");
+    let mut headers = signer.sign(body, 0, "");
+    headers.extend([
+        ("x-shopify-topic".to_owned(), topic.to_owned()),
+        ("x-shopify-webhook-id".to_owned(), "w-rust".to_owned()),
+        ("content-type".to_owned(), "application/json".to_owned()),
+    ]);
+    headers
+}
+
+async fn deliver<P: Provider>(receiver: &Receiver<P>, body: &[u8]) -> (u16, String) {
+    let headers = signed_headers(body, "orders/updated");
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    outcome(&post_to(receiver, "/webhooks/shopify", &headers, body).await)
+}
+
+fn order(id: i64, minute: u32) -> Vec<u8> {
+    json!({
+        "id": id,
+        "email": "jon@example.com",
+        "updated_at": format!("2026-11-30T10:{minute:02}:00Z"),
+        "cancelled_at": null,
+        "financial_status": "paid",
+        "total_price": "199.65",
+        "currency": "USD",
+        "line_items": [{"id": 1, "quantity": 1}],
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Rows the effect wrote: (orders, timeline rows, ledger rows).
+async fn written(db: &TestDb) -> (i64, i64, i64) {
+    (
+        db.count("SELECT count(*) FROM shopify_orders").await,
+        db.count("SELECT count(*) FROM shopify_order_events").await,
+        db.count("SELECT count(*) FROM processed_events").await,
+    )
+}
+
+/// A receiver as Shopify's own login whose connection goes through a [`WireProxy`].
+async fn proxied<P: Provider>(db: &TestDb, provider: P) -> (WireProxy, Receiver<P>) {
+    let url = db.function_url_as("shopify");
+    let config = tokio_postgres::Config::from_str(&url).expect("url");
+    let upstream = config.get_ports().first().copied().expect("port");
+    let proxy = WireProxy::start(upstream).await;
+    let url = url.replace(&format!(":{upstream}/"), &format!(":{}/", proxy.port));
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let (receiver, _) = receiver_with(settings, provider);
+    receiver.warm_up().await;
+    (proxy, receiver)
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_transaction_won() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(shopify());
+    assert_eq!(
+        deliver(&receiver, &order(1, 0)).await,
+        (200, "processed".into())
+    );
+    let url = claimonce_tests::roles::login_with(&db, "claimonce_shopify").await;
+    let (login, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect as Shopify's login");
+    tokio::spawn(connection);
+    let earlier: String = db
+        .client()
+        .await
+        .query_one("SELECT ctid::text FROM processed_events", &[])
+        .await
+        .expect("the earlier claim")
+        .get(0);
+    let insert = "INSERT INTO shopify_order_events (order_id, event_id, topic, state, \
+                  order_updated_at) VALUES (7, 'forged', 'orders/create', 'open', now())";
+    for sql in [
+        insert.to_owned(),
+        "UPDATE shopify_orders SET state = 'cancelled'".to_owned(),
+        // Reading an order is refused too: the row exists, the claim does not.
+        "SELECT count(*) FROM shopify_orders".to_owned(),
+        // The setting that names a claim, forged to the earlier delivery's ledger row.
+        format!("BEGIN; SELECT set_config('claimonce.claim', '{earlier}', true); {insert}; COMMIT"),
+    ] {
+        assert_eq!(sqlstate(&login, &sql).await, "42501", "{sql}");
+        let _ = login.batch_execute("ROLLBACK").await;
+    }
+    // A claim won in an earlier transaction does not carry over to the next.
+    assert_eq!(
+        sqlstate(
+            &login,
+            "SELECT * FROM claimonce_claim_v1('shopify', 'b-earlier', 'orders/create', NULL)"
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(sqlstate(&login, insert).await, "42501");
+    assert_eq!(
+        written(&db).await,
+        (1, 1, 2),
+        "only the claim of b-earlier was added"
+    );
+    // Under a claim its own transaction won, the same statement runs.
+    assert_eq!(
+        sqlstate(
+            &login,
+            &format!(
+                "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b-own', 'orders/create', \
+                 NULL); {insert}; COMMIT"
+            )
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(written(&db).await, (1, 2, 3));
+}
+
+#[tokio::test]
+async fn a_rust_effect_is_unnamed_statements_on_one_transaction_and_pins_nothing() {
+    let db = TestDb::new().await;
+    let (proxy, receiver) = proxied(&db, shopify()).await;
+    let body = order(2, 0);
+    for (expected, flights) in [("processed", 4), ("duplicate", 2)] {
+        proxy.reset();
+        assert_eq!(deliver(&receiver, &body).await, (200, expected.into()));
+        // BEGIN pipelined with the claim, then (won) the effect's two statements, then COMMIT.
+        assert_eq!(
+            proxy.flights(),
+            flights,
+            "{expected}: {:?}",
+            proxy.statements()
+        );
+        let statements = proxy.statements();
+        assert_eq!(statements.first().map(String::as_str), Some("BEGIN"));
+        assert_eq!(statements.last().map(String::as_str), Some("COMMIT"));
+    }
+    assert_eq!(proxy.pinning(), Vec::<String>::new());
+    assert_eq!(written(&db).await, (1, 1, 1));
+}
+
+/// A provider whose Rust effect keeps the order and then sends `.0`, to show what the handle
+/// refuses and that a refusal rolls back what the effect wrote; with `.1`, the effect ignores
+/// the statement's error and returns `Ok`.
+struct Sends(&'static str, bool);
+
+impl Provider for Sends {
+    type Event = ShopifyEvent;
+
+    fn name(&self) -> &'static str {
+        "shopify"
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        shopify_verifier()
+    }
+
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<ShopifyEvent>, Rejection> {
+        shopify_webhook::parse_event(signed, unsigned)
+    }
+
+    fn effect(&self, _: &Parsed<ShopifyEvent>) -> Option<Effect> {
+        Some(Effect::in_rust())
+    }
+
+    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+        let ShopifyEvent::Order(order) = &event.event else {
+            return Err(EffectError::failed("an order"));
+        };
+        shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, order).await?;
+        let sent = tx.execute(self.0, &[]).await;
+        if self.1 {
+            // The server aborted the transaction; COMMIT would roll it back in silence.
+            return Ok(());
+        }
+        sent.map(drop)
+    }
+}
+
+fn shopify_verifier() -> &'static BodyHmac {
+    static VERIFIER: std::sync::OnceLock<BodyHmac> = std::sync::OnceLock::new();
+    VERIFIER.get_or_init(|| {
+        BodyHmac::new("x-shopify-hmac-sha256", "", Encoding::Base64, &[SECRET]).expect("secret")
+    })
+}
+
+#[tokio::test]
+async fn what_the_handle_refuses_never_reaches_the_wire_and_a_failed_effect_rolls_its_claim_back() {
+    for (refused, ignored) in [
+        ("SET statement_timeout = 0", false),
+        ("SELECT set_config('statement_timeout', '0', false)", false),
+        ("PREPARE named AS SELECT 1", false),
+        ("COMMIT", false),
+        // Sent, failed on the server, and its error ignored by the effect.
+        ("SELECT 1 / 0", true),
+    ] {
+        let db = TestDb::new().await;
+        let (proxy, receiver) = proxied(&db, Sends(refused, ignored)).await;
+        assert_eq!(
+            deliver(&receiver, &order(3, 0)).await,
+            (500, "about:blank".into()),
+            "{refused}"
+        );
+        assert_eq!(
+            proxy.statements().iter().any(|s| s == refused),
+            ignored,
+            "{refused}: {:?}",
+            proxy.statements()
+        );
+        assert_eq!(proxy.pinning(), Vec::<String>::new(), "{refused}");
+        assert_eq!(written(&db).await, (0, 0, 0), "{refused}: rolled back");
+        // The sender's retry, to a fixed effect, applies it once.
+        let (fixed, _) = db.receiver(shopify());
+        assert_eq!(
+            deliver(&fixed, &order(3, 0)).await,
+            (200, "processed".into())
+        );
+        assert_eq!(written(&db).await, (1, 1, 1));
+    }
+}
+
+#[tokio::test]
+async fn a_connection_lost_inside_the_effect_or_before_the_commits_answer_applies_once() {
+    for (fault, answer) in [
+        // Before the second statement reaches the server: the server rolls the transaction
+        // back (claim included), and the retry on a new connection applies it.
+        (Fault::DropRequestWith("shopify_order_events"), "processed"),
+        // The commit reached the server and committed; its answer was lost. The retry finds
+        // the claim taken.
+        (Fault::DropAnswerTo("COMMIT"), "duplicate"),
+    ] {
+        let db = TestDb::new().await;
+        let (proxy, receiver) = proxied(&db, shopify()).await;
+        proxy.inject(fault);
+        assert_eq!(
+            deliver(&receiver, &order(4, 0)).await,
+            (200, answer.into()),
+            "{fault:?}"
+        );
+        assert_eq!(proxy.fired(), 1, "{fault:?}");
+        assert_eq!(written(&db).await, (1, 1, 1), "{fault:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_copies_of_an_order_apply_once() {
+    let db = TestDb::new().await;
+    let body = Arc::new(order(5, 0));
+    let environments = (0..8).map(|_| db.receiver(shopify()).0).collect();
+    let answers = all_at_once(environments, move |r| {
+        let body = Arc::clone(&body);
+        async move { deliver(&r, &body).await }
+    })
+    .await;
+    let processed = answers.iter().filter(|a| a.1 == "processed").count();
+    assert_eq!(processed, 1, "{answers:?}");
+    assert!(answers.iter().all(|a| a.0 == 200), "{answers:?}");
+    assert_eq!(written(&db).await, (1, 1, 1));
+}
+
+/// Waits until a backend of `db` waits on the advisory lock the gate takes; returns its pid.
+async fn at_the_gate(db: &TestDb) -> i32 {
+    let admin = db.client().await;
+    for _ in 0..2000 {
+        let pid: Option<i32> = admin
+            .query_one(
+                "SELECT max(pid) FROM pg_stat_activity WHERE datname = $1 \
+                 AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                &[&db.name],
+            )
+            .await
+            .expect("activity")
+            .get(0);
+        if let Some(pid) = pid {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no delivery reached the gate");
+}
+
+#[tokio::test]
+async fn a_function_killed_inside_its_rust_effect_leaves_nothing_and_its_retry_applies_once() {
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    // The gate: the timeline insert (the effect's second statement) waits for an advisory lock
+    // the test holds. The login's statement bound is raised so only the test ends the wait.
+    admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION hold_here() RETURNS trigger LANGUAGE plpgsql SET lock_timeout = 0 AS $$
+             BEGIN PERFORM pg_advisory_xact_lock_shared(4243); RETURN NEW; END $$;
+             CREATE TRIGGER hold_here BEFORE INSERT ON shopify_order_events
+                 FOR EACH ROW EXECUTE FUNCTION hold_here();
+             ALTER ROLE {} SET statement_timeout = '60s';
+             ALTER ROLE {0} SET idle_in_transaction_session_timeout = '60s';",
+            login_name(&db.name, "shopify")
+        ))
+        .await
+        .expect("the gate");
+    let holder = db.client().await;
+    holder
+        .batch_execute("SELECT pg_advisory_lock(4243)")
+        .await
+        .expect("close the gate");
+    let f = function("shopify");
+    let binary = binaries().await.join(f.binary);
+    let url = db.function_url_as("shopify");
+    let env = [("DATABASE_URL", url.as_str()), (f.secret_var, f.dev_secret)];
+    let body = order(6, 0);
+    let mut event = v2_event(
+        "POST",
+        "/webhooks/shopify",
+        &[
+            ("content-type", "application/json"),
+            ("x-shopify-topic", "orders/create"),
+        ],
+        &body,
+        false,
+    );
+    claimonce_local::sign::resign(&mut event, 0).expect("sign");
+    let api = Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+    let mut victim = api
+        .command(&binary, &env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pending = {
+        let (api, event) = (Arc::clone(&api), event.to_string());
+        tokio::spawn(async move { api.invoke(event, Duration::from_secs(300)).await })
+    };
+    let pid = at_the_gate(&db).await;
+    assert!(!pending.is_finished(), "answered from the gate");
+    victim.start_kill().expect("SIGKILL");
+    victim.wait().await.expect("reaped");
+    match pending.await.expect("invoke task") {
+        Ok(Outcome::Error(error)) => {
+            let error: Value = serde_json::from_slice(&error).expect("JSON error");
+            assert_eq!(error["errorType"], EXIT_ERROR_TYPE, "{error}");
+        }
+        other => panic!("the killed invocation ended with {other:?}"),
+    }
+    holder
+        .batch_execute("SELECT pg_advisory_unlock(4243)")
+        .await
+        .expect("open the gate");
+    // The statement finishes; the transaction, its client gone, never commits.
+    let started = std::time::Instant::now();
+    while admin
+        .query_opt(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND xact_start IS NOT NULL",
+            &[&pid],
+        )
+        .await
+        .expect("activity")
+        .is_some()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the transaction outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        written(&db).await,
+        (0, 0, 0),
+        "the claim went with the effect"
+    );
+    let _instance = api
+        .command(&binary, &env)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    for expected in ["processed", "duplicate"] {
+        let answer = match api
+            .invoke(event.to_string(), Duration::from_secs(30))
+            .await
+            .expect("answer")
+        {
+            Outcome::Response(p) => payload_outcome(&serde_json::from_slice(&p).expect("json")),
+            Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
+        };
+        assert_eq!(answer, (200, expected.into()));
+    }
+    assert_eq!(written(&db).await, (1, 1, 1));
+}
+
+#[tokio::test]
+async fn a_storm_of_duplicates_and_failures_applies_every_order_event_exactly_once() {
+    let events: u64 = std::env::var("CLAIMONCE_STORM_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(2000, |n: u64| n.min(2000));
+    let db = TestDb::new().await;
+    // One event in 20 fails its first commit: a deferred trigger raises at COMMIT, after the
+    // claim and both of the effect's statements ran. The test takes the event off the list
+    // when it sees the 500, so the sender's retry heals it.
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE storm_failures (order_id bigint PRIMARY KEY);
+             CREATE FUNCTION storm_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM storm_failures WHERE order_id = NEW.order_id) THEN
+                     RAISE EXCEPTION 'injected failure';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE CONSTRAINT TRIGGER storm_fail AFTER INSERT ON shopify_order_events
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION storm_fail();
+             GRANT SELECT ON storm_failures TO claimonce_shopify;",
+        )
+        .await
+        .expect("failure trigger");
+    // Event i is an update of order i / 4 at minute i % 4: several events per order, each
+    // delivered 1 to 3 times, in an order that mixes them.
+    let planned: Vec<i64> = (0..events)
+        .filter(|i| i % 20 == 7)
+        .map(|i| i64::try_from(i).expect("n"))
+        .collect();
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO storm_failures SELECT unnest($1::bigint[])",
+            &[&planned],
+        )
+        .await
+        .expect("plan the failures");
+    let mut queue: Vec<u64> = (0..events)
+        .flat_map(|i| (0..=i % 3).map(move |_| i))
+        .collect();
+    let deliveries = queue.len();
+    let mut seed = 0x5eed_u64;
+    for i in (1..queue.len()).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        queue.swap(
+            i,
+            usize::try_from(seed % (u64::try_from(i).expect("n") + 1)).expect("j"),
+        );
+    }
+    let queue = Arc::new(Mutex::new(VecDeque::from(queue)));
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let admin = Arc::new(db.client().await);
+    // Event i's order id is i, so each one's timeline row is its own, and a failure planned
+    // for order i is event i's.
+    let body = |i: u64| {
+        order(
+            i64::try_from(i).expect("id"),
+            u32::try_from(i % 60).expect("m"),
+        )
+    };
+    let environments = (0..16).map(|_| db.receiver(shopify()).0).collect();
+    all_at_once(environments, |r| {
+        let (queue, counts, admin) = (Arc::clone(&queue), Arc::clone(&counts), Arc::clone(&admin));
+        async move {
+            loop {
+                let Some(i) = queue.lock().await.pop_front() else {
+                    break;
+                };
+                let slot = match deliver(&r, &body(i)).await {
+                    (200, name) if name == "processed" => 0,
+                    (200, _) => 1,
+                    answer => {
+                        assert_eq!(answer.0, 500, "event {i}: {answer:?}");
+                        let removed = admin
+                            .execute(
+                                "DELETE FROM storm_failures WHERE order_id = $1",
+                                &[&i64::try_from(i).expect("id")],
+                            )
+                            .await
+                            .expect("the failure happened");
+                        assert_eq!(removed, 1, "event {i} failed unplanned");
+                        queue.lock().await.push_back(i);
+                        2
+                    }
+                };
+                counts[slot].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let [processed, duplicate, failed] = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+    eprintln!(
+        "rust storm: {events} events, {deliveries} deliveries, {failed} injected failures: \
+         processed {processed}, duplicate {duplicate}"
+    );
+    assert_eq!(failed, u64::try_from(planned.len()).expect("n"));
+    assert_eq!(processed, events, "each event processed exactly once");
+    assert_eq!(
+        processed + duplicate,
+        u64::try_from(deliveries).expect("n"),
+        "every delivery answered 200 in the end"
+    );
+    let n = i64::try_from(events).expect("n");
+    assert_eq!(written(&db).await, (n, n, n));
+    assert_eq!(
+        db.count("SELECT count(DISTINCT event_id) FROM shopify_order_events")
+            .await,
+        n
+    );
+}
