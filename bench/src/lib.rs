@@ -203,3 +203,31 @@ pub fn exit_with((message, code): (String, u8)) -> std::process::ExitCode {
     }
     std::process::ExitCode::from(code)
 }
+
+/// Waits until database `db` has no backend left, so that the CPU of the ones that served a run
+/// is in the postmaster's count of its ended children when it is read.
+pub async fn settle(admin: &tokio_postgres::Client, db: &str) {
+    for _ in 0..500 {
+        let left = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                &[&db],
+            )
+            .await
+            .map_or(0, |r| r.get::<_, i64>(0));
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The postmaster reaps an ended backend on SIGCHLD; give it that moment.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+}
+
+/// The postmaster's pid, from `postmaster.pid` in the data directory.
+pub fn postmaster_pid(pg: &Postgres) -> u32 {
+    std::fs::read_to_string(pg.dir.join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next()?.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -22,7 +22,8 @@ use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
 use claimonce_bench::{
-    SECRET, checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms, stripe_event,
+    SECRET, checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms,
+    postmaster_pid, settle, stripe_event,
 };
 use claimonce_local::postgres::{Options, Postgres, bin_dir};
 use stripe_webhook::Stripe;
@@ -619,34 +620,6 @@ fn pgbench(
             String::from_utf8_lossy(&output.stderr)
         )),
     }
-}
-
-/// Waits until database `db` has no backend left, so that the CPU of the ones that served a run
-/// is in the postmaster's count of its ended children when it is read.
-async fn settle(admin: &Client, db: &str) {
-    for _ in 0..500 {
-        let left = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
-                &[&db],
-            )
-            .await
-            .map_or(0, |r| r.get::<_, i64>(0));
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // The postmaster reaps an ended backend on SIGCHLD; give it that moment.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-}
-
-/// The postmaster's pid, from `postmaster.pid` in the data directory.
-fn postmaster_pid(pg: &Postgres) -> u32 {
-    std::fs::read_to_string(pg.dir.join("data").join("postmaster.pid"))
-        .ok()
-        .and_then(|text| text.lines().next()?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 // One thread, like one Lambda execution environment's runtime: the environments interleave

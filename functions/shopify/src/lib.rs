@@ -252,6 +252,13 @@ pub async fn keep_order(
     topic: &str,
     order: &Order,
 ) -> Result<(), EffectError> {
+    keep_order_state(tx, order).await?;
+    add_to_timeline(tx, event_id, topic, order).await
+}
+
+/// The order's newest state: one upsert, newest-first (the statement of
+/// `shopify_keep_order_v1`).
+pub async fn keep_order_state(tx: &Tx<'_>, order: &Order) -> Result<(), EffectError> {
     tx.execute(
         "INSERT INTO shopify_orders AS o (order_id, state, email, financial_status, \
          total_price, currency, source_updated_at, source_rank) \
@@ -279,6 +286,16 @@ pub async fn keep_order(
         ],
     )
     .await?;
+    Ok(())
+}
+
+/// One row of the order's timeline for this event.
+pub async fn add_to_timeline(
+    tx: &Tx<'_>,
+    event_id: &EventId,
+    topic: &str,
+    order: &Order,
+) -> Result<(), EffectError> {
     tx.execute(
         "INSERT INTO shopify_order_events (order_id, event_id, topic, state, order_updated_at) \
          VALUES ($1, $2, $3, $4, $5::timestamptz)",
