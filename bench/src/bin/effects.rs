@@ -205,16 +205,18 @@ async fn main() -> std::process::ExitCode {
     };
     let admin = connect(pg.url("postgres")).await;
     admin
-        .batch_execute(&format!(
-            "CREATE DATABASE bench_template; {}",
-            provider_login_sql("bench_shopify", "shopify")
-        ))
+        .batch_execute("CREATE DATABASE bench_template")
         .await
-        .expect("template and login");
+        .expect("template");
     let mut template = connect(pg.url("bench_template")).await;
     claimonce::migrate::apply(&mut template, claimonce_local::migrations::ALL)
         .await
         .expect("migrate");
+    // Shopify's login, as a deployment has it (its role exists once the migrations ran).
+    template
+        .batch_execute(&provider_login_sql("bench_shopify", "shopify"))
+        .await
+        .expect("login");
     drop(template);
     let signer =
         BodyHmac::new("x-shopify-hmac-sha256", "", Encoding::Base64, &[SECRET]).expect("secret");
