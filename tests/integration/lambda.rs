@@ -398,3 +398,26 @@ async fn the_local_run_says_what_to_do_when_its_server_cannot_reach_its_folder()
     }
     let _ = std::fs::remove_dir_all(&closed);
 }
+
+#[test]
+fn the_license_file_is_the_license_the_crates_declare() {
+    let root = workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(
+        manifest
+            .lines()
+            .any(|l| l.trim() == r#"license = "Apache-2.0""#),
+        "the workspace declares Apache-2.0"
+    );
+    let text = std::fs::read_to_string(root.join("LICENSE")).expect("a LICENSE file");
+    for part in [
+        "Apache License",
+        "Version 2.0, January 2004",
+        "END OF TERMS AND CONDITIONS",
+    ] {
+        assert!(
+            text.contains(part),
+            "LICENSE is the Apache License 2.0: {part}"
+        );
+    }
+}
