@@ -23,14 +23,24 @@ pub fn stripe_event(body: &[u8], signed: bool) -> String {
     } else {
         "0".repeat(64)
     };
+    api_gateway_event(
+        "/webhooks/stripe",
+        json!({"content-type": "application/json", "stripe-signature": format!("t={t},v1={v1}")}),
+        body,
+    )
+}
+
+/// The API Gateway (HTTP API v2) event of a POST of `body` to `path` with `headers` (a JSON
+/// object), as API Gateway sends it.
+pub fn api_gateway_event(path: &str, headers: Value, body: &[u8]) -> String {
     json!({
-        "version": "2.0", "routeKey": "POST /webhooks/stripe", "rawPath": "/webhooks/stripe",
+        "version": "2.0", "routeKey": format!("POST {path}"), "rawPath": path,
         "rawQueryString": "",
-        "headers": {"content-type": "application/json", "stripe-signature": format!("t={t},v1={v1}")},
+        "headers": headers,
         "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench",
-            "domainPrefix": "bench", "http": {"method": "POST", "path": "/webhooks/stripe",
+            "domainPrefix": "bench", "http": {"method": "POST", "path": path,
             "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
-            "requestId": "bench", "routeKey": "POST /webhooks/stripe", "stage": "$default",
+            "requestId": "bench", "routeKey": format!("POST {path}"), "stage": "$default",
             "time": "", "timeEpoch": 0},
         "body": String::from_utf8_lossy(body), "isBase64Encoded": false
     })

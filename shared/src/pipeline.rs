@@ -134,10 +134,7 @@ impl Effect {
 
     /// The effect function's name; `None` for [`Effect::in_rust`].
     pub fn function(&self) -> Option<&'static str> {
-        match &self.kind {
-            Kind::Call { function, .. } => Some(function),
-            Kind::Rust => None,
-        }
+        self.call_parts().map(|(function, _, _)| function)
     }
 
     /// The call's function, arguments and whether the claim's identity comes first.
@@ -425,14 +422,14 @@ pub(crate) type RustEffect<'a> = &'a dyn Apply;
 pub(crate) async fn run_in_rust(
     client: &Client,
     claim: &Claim<'_>,
-    effect: &Effect,
     apply: RustEffect<'_>,
     deadline: tokio::time::Instant,
 ) -> Result<Finished, crate::db::DeliveryError> {
     use crate::db::DeliveryError;
     let begun = futures_util::future::try_join(
         client.batch_execute("BEGIN"),
-        send(client, claim, Some(effect)),
+        // The claim alone: a Rust effect has no call in the statement.
+        send(client, claim, None),
     )
     .await;
     let outcome = match begun {
@@ -465,7 +462,7 @@ pub(crate) async fn run_in_rust(
         },
         Err(e) => {
             let usable = !client.is_closed()
-                && !matches!(&e, DeliveryError::Failed(f) if crate::db::lost(f));
+                && !matches!(&e, DeliveryError::Failed(f) if crate::db::connection_lost(f));
             if usable && tokio::time::Instant::now() < deadline {
                 // Its own failure is the answer: the server rolls back a transaction whose
                 // connection closes, too.

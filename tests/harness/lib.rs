@@ -4,6 +4,7 @@
 
 pub mod apigw;
 pub mod db;
+pub mod faults;
 pub mod lambda;
 pub mod operations;
 pub mod proxy;

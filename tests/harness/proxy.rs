@@ -125,15 +125,6 @@ fn sets_something(sql: &str) -> bool {
     })
 }
 
-/// The statement text a `Query` or `Parse` message carries.
-fn statement_of(tag: u8, body: &[u8]) -> Option<String> {
-    match tag {
-        b'Q' => Some(cstring(body).0),
-        b'P' => Some(cstring(cstring(body).1).0),
-        _ => None,
-    }
-}
-
 impl Shared {
     /// The fault armed for a statement among `sent`, taken (it fires once).
     fn take_armed(&self, sent: &[String]) -> Option<u8> {
@@ -146,12 +137,13 @@ impl Shared {
         None
     }
 
-    /// Reads one complete frontend message.
-    fn frontend_message(&self, tag: u8, body: &[u8]) {
+    /// Reads one complete frontend message; returns the statement text it carries (a `Query`
+    /// or a `Parse`).
+    fn frontend_message(&self, tag: u8, body: &[u8]) -> Option<String> {
         match tag {
             b'Q' => {
                 let (sql, _) = cstring(body);
-                self.record(sql);
+                return Some(self.record(sql));
             }
             b'P' => {
                 let (name, rest) = cstring(body);
@@ -159,7 +151,7 @@ impl Shared {
                 if !name.is_empty() {
                     self.pin(format!("named Parse {name:?}: {sql}"));
                 }
-                self.record(sql);
+                return Some(self.record(sql));
             }
             b'B' => {
                 let (portal, rest) = cstring(body);
@@ -172,6 +164,7 @@ impl Shared {
             }
             _ => {}
         }
+        None
     }
 
     fn pin(&self, note: String) {
@@ -180,14 +173,16 @@ impl Shared {
         }
     }
 
-    /// Keeps a statement the client sent (simple or extended protocol), noting a `SET` in it.
-    fn record(&self, sql: String) {
+    /// Keeps a statement the client sent (simple or extended protocol), noting a `SET` in it;
+    /// returns it.
+    fn record(&self, sql: String) -> String {
         if sets_something(&sql) {
             self.pin(format!("SET on the wire: {sql}"));
         }
         if let Ok(mut s) = self.statements.lock() {
-            s.push(sql);
+            s.push(sql.clone());
         }
+        sql
     }
 }
 
@@ -275,13 +270,11 @@ async fn client_to_server(
                 }
             }
         }
-        let mut sent = Vec::new();
-        for (tag, body) in framer.feed(&buf[..n]) {
-            if let Some(sql) = statement_of(tag, &body) {
-                sent.push(sql);
-            }
-            shared.frontend_message(tag, &body);
-        }
+        let sent: Vec<String> = framer
+            .feed(&buf[..n])
+            .into_iter()
+            .filter_map(|(tag, body)| shared.frontend_message(tag, &body))
+            .collect();
         match shared.take_armed(&sent) {
             Some(DROP_REQUEST) => {
                 shared.fired.fetch_add(1, Ordering::SeqCst);

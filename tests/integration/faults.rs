@@ -16,6 +16,7 @@ use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe, v2_event};
 use claimonce_tests::db::{all_at_once, receiver_with};
+use claimonce_tests::faults::{XorShift, at_the_gate};
 use claimonce_tests::lambda::{binaries, function};
 use claimonce_tests::sign::{checkout_completed, invoice_paid, now, stripe};
 use serde_json::Value;
@@ -74,29 +75,6 @@ impl Hold {
             .await
             .expect("open the gate");
     }
-}
-
-/// Waits until `n` backends of `db` wait on a lock, one of them at the gate; returns the pid of
-/// the one at the gate.
-async fn at_the_gate(db: &TestDb, n: i64) -> i32 {
-    let admin = db.client().await;
-    for _ in 0..2000 {
-        let row = admin
-            .query_one(
-                "SELECT count(*), max(pid) FILTER (WHERE wait_event = 'advisory') \
-                 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-                &[&db.name],
-            )
-            .await
-            .expect("activity");
-        if let (count, Some(pid)) = (row.get::<_, i64>(0), row.get::<_, Option<i32>>(1))
-            && count == n
-        {
-            return pid;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no delivery reached the gate");
 }
 
 async fn wait_gone(db: &TestDb, pid: i32) {
@@ -432,21 +410,6 @@ async fn a_twin_waits_for_the_first_delivery_and_answers_duplicate() {
     assert_eq!(answer, (200, "duplicate".into()));
 }
 
-/// A tiny deterministic generator, so a failing storm can be replayed.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// How many 500s one event may get before the storm gives up on it: an injected failure
 /// happens once per event, so only a persistent failure reaches this, and it fails the test
 /// instead of looping forever.
@@ -525,10 +488,7 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
         }
     }
     let mut shuffled: Vec<usize> = queue.into_iter().collect();
-    for i in (1..shuffled.len()).rev() {
-        let j = usize::try_from(rng.below(u64::try_from(i + 1).expect("n"))).expect("j");
-        shuffled.swap(i, j);
-    }
+    rng.shuffle(&mut shuffled);
     let deliveries = shuffled.len();
     let queue = Arc::new(Mutex::new(VecDeque::from(shuffled)));
     let bodies = Arc::new(bodies);

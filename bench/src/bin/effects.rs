@@ -21,7 +21,7 @@ use claimonce::{
     Effect, EffectError, Limits, Param, Parsed, Provider, Receiver, Rejection, Signed, Tx, Type,
     Unsigned,
 };
-use claimonce_bench::{cpu_ms, postgres_cpu_ms, postmaster_pid, settle};
+use claimonce_bench::{api_gateway_event, cpu_ms, postgres_cpu_ms, postmaster_pid, settle};
 use claimonce_local::postgres::{Options, Postgres, provider_login_sql};
 use serde_json::json;
 use shopify_webhook::{Shopify, ShopifyEvent};
@@ -111,17 +111,7 @@ fn event(signer: &BodyHmac, n: u64) -> String {
     }
     headers.insert("x-shopify-topic".into(), "orders/updated".into());
     headers.insert("content-type".into(), "application/json".into());
-    json!({
-        "version": "2.0", "routeKey": "POST /webhooks/shopify", "rawPath": "/webhooks/shopify",
-        "rawQueryString": "", "headers": headers,
-        "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench",
-            "domainPrefix": "bench", "http": {"method": "POST", "path": "/webhooks/shopify",
-            "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
-            "requestId": "bench", "routeKey": "POST /webhooks/shopify", "stage": "$default",
-            "time": "", "timeEpoch": 0},
-        "body": body, "isBase64Encoded": false
-    })
-    .to_string()
+    api_gateway_event("/webhooks/shopify", headers.into(), body.as_bytes())
 }
 
 /// Delivers `events` over `clients` environments (each its own receiver and connection) on

@@ -7,60 +7,13 @@
 // A test asserts by panicking; its helpers too.
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use claimonce::Receiver;
-use claimonce::verify::Sign;
-use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce_tests::TestDb;
-use claimonce_tests::apigw::{outcome, post_to};
 use claimonce_tests::db::all_at_once;
-use serde_json::{Value, json};
 use shopify_webhook::Shopify;
 
-const SECRET: &str = "test-shopify-client-secret";
-const PATH: &str = "/webhooks/shopify";
+mod common;
 
-fn shopify() -> Shopify {
-    Shopify::new(&[SECRET]).expect("secret")
-}
-
-/// Delivers `body` under `topic` and webhook id `webhook`, signed by the scheme's own signer;
-/// answers (status, disposition or problem slug).
-async fn deliver(
-    receiver: &Receiver<Shopify>,
-    topic: &str,
-    webhook: &str,
-    body: &[u8],
-) -> (u16, String) {
-    let signer =
-        BodyHmac::new("x-shopify-hmac-sha256", "", Encoding::Base64, &[SECRET]).expect("secret");
-    let signed = signer.sign(body, 0, "");
-    let mut headers: Vec<(&str, &str)> = signed
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    headers.extend([
-        ("x-shopify-topic", topic),
-        ("x-shopify-webhook-id", webhook),
-        ("x-shopify-shop-domain", "jsmith.myshopify.com"),
-        ("content-type", "application/json"),
-    ]);
-    outcome(&post_to(receiver, PATH, &headers, body).await)
-}
-
-fn order(id: i64, updated_at: &str, cancelled: bool, status: &str) -> Vec<u8> {
-    json!({
-        "id": id,
-        "email": "jon@example.com",
-        "updated_at": updated_at,
-        "cancelled_at": if cancelled { Value::from(updated_at) } else { Value::Null },
-        "financial_status": status,
-        "total_price": "199.65",
-        "currency": "USD",
-        "line_items": [{"id": 866550311766439020_i64, "quantity": 1}],
-    })
-    .to_string()
-    .into_bytes()
-}
+use common::{deliver, order, shopify};
 
 async fn order_row(db: &TestDb, id: i64) -> (String, String) {
     let row = db

@@ -11,9 +11,8 @@ use std::sync::{Arc, PoisonError};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
-use self::error::connection_lost;
 pub use self::error::{ConnectError, DeliveryError};
-pub(crate) use self::error::{connection_lost as lost, statement_summary};
+pub(crate) use self::error::{connection_lost, statement_summary};
 pub use self::settings::{Settings, Timeouts};
 use crate::pipeline::{self, Claim, Effect, Finished};
 
@@ -357,7 +356,7 @@ impl Database {
                 Some(Arc::clone(&connection.cancel));
             let outcome = match effect {
                 Some(rust) if rust.is_rust() => {
-                    pipeline::run_in_rust(connection, claim, rust, apply, deadline).await
+                    pipeline::run_in_rust(connection, claim, apply, deadline).await
                 }
                 _ => pipeline::run(connection, claim, effect)
                     .await
