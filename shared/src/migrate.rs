@@ -23,6 +23,7 @@ pub struct Migration {
 
 /// Why the migrations could not be applied.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum MigrateError {
     /// A database error while applying `version`.
     Database {
@@ -58,6 +59,26 @@ impl std::fmt::Display for MigrateError {
 }
 
 impl std::error::Error for MigrateError {}
+
+/// A deployment's migrations: `sets` (the shared migrations, then those of each provider the
+/// deployment includes) joined in version order, the order [`apply`] runs them in. A version
+/// that two migrations claim is refused, naming both: two crates numbered a migration alike.
+pub fn sequence(sets: &[&[Migration]]) -> Result<Vec<Migration>, crate::config::ConfigError> {
+    let mut all: Vec<Migration> = sets.iter().flat_map(|set| set.iter().copied()).collect();
+    all.sort_by_key(|m| m.version);
+    for pair in all.windows(2) {
+        if let [a, b] = pair
+            && a.version == b.version
+        {
+            return Err(crate::config::ConfigError::new(format!(
+                "migration version {} is taken twice (V{0}__{} and V{0}__{}): a provider \
+                 crate outside this repository numbers its migrations from 10000 up",
+                a.version, a.name, b.name
+            )));
+        }
+    }
+    Ok(all)
+}
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version integer PRIMARY KEY,
@@ -200,6 +221,28 @@ async fn apply_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sequence_is_in_version_order_and_refuses_a_version_taken_twice() {
+        let m = |version, name| Migration {
+            version,
+            name,
+            sql: "SELECT 1",
+        };
+        let shared = [m(1, "ledger"), m(3, "later")];
+        let provider = [m(10_000, "own"), m(2, "early")];
+        let joined = sequence(&[&shared, &provider]).expect("no version twice");
+        let versions: Vec<i32> = joined.iter().map(|m| m.version).collect();
+        assert_eq!(versions, [1, 2, 3, 10_000]);
+        let clash = [m(3, "mine")];
+        let refused = sequence(&[&shared, &clash])
+            .expect_err("3 twice")
+            .to_string();
+        assert!(
+            refused.contains("V3__later") && refused.contains("V3__mine"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn a_refused_lock_is_retried_after_a_pause_that_doubles_up_to_two_seconds() {

@@ -16,10 +16,14 @@ use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::{Recorded, Recorder};
 use serde_json::{Value, json};
 
+fn fresh_name(db: &TestDb) -> String {
+    format!("{}_fresh", db.name)
+}
+
 /// A database with nothing in it, next to the test's own; returns its URL as the migrate
 /// function reaches it: through PgBouncer in the pooled pass, as it reaches RDS Proxy.
 async fn empty_database(db: &TestDb) -> String {
-    let name = format!("{}_fresh", db.name);
+    let name = fresh_name(db);
     db.client()
         .await
         .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
@@ -49,9 +53,10 @@ fn migrator_with(
     migrator(url, migrations).with_options(Ok(options))
 }
 
-/// The database at `url`, for assertions.
-fn database_at(url: &str) -> TestDb {
-    TestDb::for_assertions(url)
+/// The database [`empty_database`] made beside `db`, for assertions: reached directly, not
+/// through the pooler the function under test goes through.
+fn fresh(db: &TestDb) -> TestDb {
+    TestDb::for_assertions(&with_database(&db.url, &fresh_name(db)))
 }
 
 fn request(kind: &str, response_url: &str) -> Value {
@@ -119,7 +124,7 @@ async fn a_create_applies_the_migrations_and_an_update_or_delete_changes_nothing
         body["StackId"],
         "arn:aws:cloudformation:us-east-1:123456789012:stack/claimonce/0a1b2c3d"
     );
-    let fresh = TestDb::for_assertions(&url);
+    let fresh = fresh(&db);
     assert_eq!(
         fresh.count("SELECT count(*) FROM schema_migrations").await,
         i64::try_from(claimonce_migrations::ALL.len()).expect("len")
@@ -163,10 +168,10 @@ async fn a_create_applies_the_migrations_and_an_update_or_delete_changes_nothing
 #[tokio::test]
 async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
     let db = TestDb::new().await;
-    let fresh = empty_database(&db).await;
+    let fresh_url = empty_database(&db).await;
     // The loopback server trusts every login, so a password in the URL is accepted and
     // ignored: it is there to show that it never reaches the answer or the log.
-    let url = fresh.replacen("postgres@", "postgres:s3cr3t-pw@", 1);
+    let url = fresh_url.replacen("postgres@", "postgres:s3cr3t-pw@", 1);
     assert!(url.contains("s3cr3t-pw"));
     let mut with_poison = claimonce_migrations::ALL.to_vec();
     with_poison.push(Migration {
@@ -205,7 +210,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
     }
     assert_eq!(body["Data"], json!({}));
     // The migrations before it were applied and recorded; the failed one left nothing.
-    let fresh_db = TestDb::for_assertions(&fresh);
+    let fresh_db = fresh(&db);
     assert_eq!(
         fresh_db
             .count("SELECT count(*) FROM schema_migrations")
@@ -317,6 +322,100 @@ async fn the_migrate_binary_answers_a_plain_invoke_and_a_custom_resource() {
     assert_eq!(body["Data"]["Applied"], "");
 }
 
+/// The migrate binary, run once with `CLAIMONCE_PROVIDERS` set to `providers`, and what its
+/// plain invoke answered.
+async fn migrate_binary_with(url: &str, providers: &str) -> Outcome {
+    let api = RuntimeApi::start("migrate").await.expect("api");
+    let mut command = api.command(
+        &binaries().await.join("migrate"),
+        &[("DATABASE_URL", url), ("CLAIMONCE_PROVIDERS", providers)],
+    );
+    command.stdout(std::process::Stdio::null());
+    let _instance = command.spawn().expect("spawn migrate");
+    api.invoke(json!({}).to_string(), Duration::from_secs(30))
+        .await
+        .expect("answered")
+}
+
+fn versions(migrations: &[Migration]) -> Vec<i32> {
+    migrations.iter().map(|m| m.version).collect()
+}
+
+#[tokio::test]
+async fn the_migrate_binary_applies_the_shared_migrations_and_only_the_included_providers() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let fresh = fresh(&db);
+    let applied = |outcome: Outcome| match outcome {
+        Outcome::Response(payload) => {
+            serde_json::from_slice::<Value>(&payload).expect("JSON")["applied"].clone()
+        }
+        Outcome::Error(e) => panic!("migrate failed: {}", String::from_utf8_lossy(&e)),
+    };
+    let with_own: Vec<&str> = claimonce_migrations::PROVIDERS
+        .iter()
+        .filter(|(_, own)| !own.is_empty())
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(!with_own.is_empty(), "a provider ships its own migrations");
+    let others: Vec<&str> = claimonce_migrations::PROVIDERS
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| !with_own.contains(p))
+        .collect();
+
+    // A deployment of the providers without migrations of their own: the shared ones only.
+    let first = applied(migrate_binary_with(&url, &format!("{},", others.join(","))).await);
+    assert_eq!(first, json!(versions(claimonce_migrations::SHARED)));
+    for (provider, own) in claimonce_migrations::PROVIDERS {
+        for migration in *own {
+            let recorded = format!(
+                "SELECT count(*) FROM schema_migrations WHERE version = {}",
+                migration.version
+            );
+            assert_eq!(fresh.count(&recorded).await, 0, "{provider}");
+        }
+    }
+    assert_eq!(
+        fresh
+            .count("SELECT count(*) FROM pg_class WHERE relname = 'shopify_orders'")
+            .await,
+        0,
+        "a provider left out gets no tables"
+    );
+
+    // Added to the deployment later: its migrations apply then, after newer shared ones.
+    let all: Vec<&str> = claimonce_migrations::PROVIDERS
+        .iter()
+        .map(|(p, _)| *p)
+        .collect();
+    let second = applied(migrate_binary_with(&url, &all.join(",")).await);
+    let mut own: Vec<i32> = claimonce_migrations::PROVIDERS
+        .iter()
+        .flat_map(|(_, own)| versions(own))
+        .collect();
+    own.sort_unstable();
+    assert_eq!(second, json!(own));
+    assert_eq!(
+        fresh.count("SELECT count(*) FROM schema_migrations").await,
+        i64::try_from(claimonce_migrations::ALL.len()).expect("len")
+    );
+
+    // A name the function does not carry is refused by name, and applies nothing.
+    match migrate_binary_with(&url, "github,shopfy").await {
+        Outcome::Error(e) => {
+            let e = String::from_utf8_lossy(&e);
+            assert!(
+                e.contains("CLAIMONCE_PROVIDERS") && e.contains("shopfy"),
+                "{e}"
+            );
+        }
+        Outcome::Response(payload) => {
+            panic!("answered {}", String::from_utf8_lossy(&payload))
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds() {
     let db = TestDb::new().await;
@@ -345,7 +444,7 @@ async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds
     assert_eq!(body["Status"], "SUCCESS", "{body}");
     assert_eq!(body["Data"]["Applied"], "");
     assert_eq!(body["Data"]["Latest"], "99");
-    let fresh = TestDb::for_assertions(&url);
+    let fresh = fresh(&db);
     assert_eq!(
         fresh
             .count("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations'")
@@ -622,12 +721,12 @@ async fn a_migration_that_waits_on_a_lock_is_stopped_and_answered_failed() {
     holder.batch_execute("COMMIT").await.expect("release");
     // Nothing of it was applied; once the lock is free the next deploy applies it, once.
     let count = "SELECT count(*) FROM schema_migrations WHERE version = 99";
-    assert_eq!(database_at(&url).count(count).await, 0);
+    assert_eq!(fresh(&db).count(count).await, 0);
     assert_eq!(
         answer(&migrate, "Update", &cfn).await["Data"]["Applied"],
         "99"
     );
-    assert_eq!(database_at(&url).count(count).await, 1);
+    assert_eq!(fresh(&db).count(count).await, 1);
 }
 
 #[tokio::test]
@@ -659,7 +758,7 @@ async fn a_migration_that_runs_too_long_is_stopped_and_answered_failed() {
         &["V99__slow", "57014", "MIGRATE_STATEMENT_TIMEOUT_MS"],
     );
     assert_eq!(
-        database_at(&url)
+        fresh(&db)
             .count("SELECT count(*) FROM pg_tables WHERE tablename = 'slow'")
             .await,
         0,
@@ -720,7 +819,7 @@ async fn concurrent_runs_apply_each_migration_once() {
         .collect();
     assert_eq!(applied, all.get(1..).expect("more than one migration"));
     assert_eq!(
-        database_at(&url)
+        fresh(&db)
             .count("SELECT count(*) FROM schema_migrations")
             .await,
         i64::try_from(all.len()).expect("len")

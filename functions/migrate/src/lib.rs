@@ -1,7 +1,9 @@
-//! Migrations on deploy: a Lambda function that applies the project's migrations
-//! ([`claimonce_migrations::ALL`]) with the shared runner, which applies each new one in its
-//! own transaction, records it, skips what is recorded and refuses a recorded migration whose
-//! file changed.
+//! Migrations on deploy: a Lambda function that applies the deployment's migrations (the shared
+//! ones and those of the providers it includes, `CLAIMONCE_PROVIDERS`: [`included`]) with the
+//! shared runner, which applies each new one in its own transaction, lowest version first,
+//! records it, skips what is recorded and refuses a recorded migration whose file changed.
+//! A provider crate kept in another repository builds this same function for its own
+//! deployment with [`run_from_env_with`], handing it its migrations beside the shared ones.
 //!
 //! Two ways in, one function:
 //! - a CloudFormation custom resource (the template's `DatabaseMigrations`): `Create` and
@@ -291,7 +293,7 @@ impl Migrator {
         let text = self.describe_error(error);
         let code = match error {
             MigrateError::Database { error, .. } => error.code().map(|c| c.code()),
-            MigrateError::Changed { .. } => None,
+            _ => None,
         };
         match code {
             Some("55P03") => format!(
@@ -326,8 +328,8 @@ impl Migrator {
                 version: None,
                 error,
             } => format!("migration bookkeeping failed: {}", database_error(error)),
-            // Its message names only the version.
-            MigrateError::Changed { .. } => error.to_string(),
+            // The others' messages hold no data: `Changed` names only the version.
+            _ => error.to_string(),
         }
     }
 
@@ -565,15 +567,72 @@ pub fn work_deadline(deadline_ms: u64) -> Instant {
     Instant::now() + left.saturating_sub(ANSWER_MARGIN.min(left / 2))
 }
 
-/// The whole of the function's `main`. A configuration error does not stop the process: the
-/// function still answers each request (with the error), because CloudFormation would
-/// otherwise wait for a response until the resource's timeout.
+/// The migrations of a deployment: `shared`, then the own migrations of each provider that
+/// `included` names (`CLAIMONCE_PROVIDERS`, comma-separated; absent: every provider in
+/// `carried`; empty: none), in one version sequence ([`migrate::sequence`]). A name not in
+/// `carried` is a configuration error, so a misspelt provider is not deployed without its
+/// tables and role.
+pub fn included(
+    shared: &[Migration],
+    carried: &[(&str, &[Migration])],
+    included: Option<&str>,
+) -> Result<Vec<Migration>, ConfigError> {
+    let mut sets = vec![shared];
+    match included {
+        None => sets.extend(carried.iter().map(|(_, own)| *own)),
+        Some(names) => {
+            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let (_, own) = carried.iter().find(|(p, _)| *p == name).ok_or_else(|| {
+                    let known: Vec<&str> = carried.iter().map(|(p, _)| *p).collect();
+                    ConfigError::new(format!(
+                        "CLAIMONCE_PROVIDERS names {name:?}, which this function does not carry \
+                         (it carries {})",
+                        known.join(", ")
+                    ))
+                })?;
+                sets.push(own);
+            }
+        }
+    }
+    migrate::sequence(&sets)
+}
+
+/// The whole of the function's `main`, with this repository's migrations
+/// ([`claimonce_migrations::SHARED`] and [`claimonce_migrations::PROVIDERS`]).
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
+    run_from_env_with(
+        claimonce_migrations::SHARED,
+        claimonce_migrations::PROVIDERS,
+    )
+    .await
+}
+
+/// The whole of a migrate function's `main`: the `shared` migrations and those of the
+/// `carried` providers the deployment includes ([`included`]). A provider crate in another
+/// repository calls it with `claimonce_migrations::SHARED` and its own migrations. A
+/// configuration error does not stop the process: the function still answers each request
+/// (with the error), because CloudFormation would otherwise wait for a response until the
+/// resource's timeout.
+pub async fn run_from_env_with(
+    shared: &'static [Migration],
+    carried: &[(&str, &'static [Migration])],
+) -> Result<(), lambda_runtime::Error> {
     let log = Log::stdout();
     // A configuration error is still answered (FAILED) so a deploy never waits on us.
-    let settings = log.config(Settings::from_env().await);
+    let migrations = included(
+        shared,
+        carried,
+        std::env::var("CLAIMONCE_PROVIDERS").ok().as_deref(),
+    );
+    let settings = log.config(
+        Settings::from_env()
+            .await
+            .and_then(|settings| migrations.as_ref().map(|_| settings).map_err(Clone::clone)),
+    );
+    // Leaked once: the function's migrations live as long as its process.
+    let migrations: &'static [Migration] = Box::leak(migrations.unwrap_or_default().into());
     let options = log.config(Options::from_env());
-    let migrator = Migrator::new(settings, claimonce_migrations::ALL, log)
+    let migrator = Migrator::new(settings, migrations, log)
         .with_options(options)
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
