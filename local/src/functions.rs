@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use claimonce::migrate::Migration;
 use claimonce::verify::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::standard_webhooks::StandardWebhooks;
@@ -59,6 +60,8 @@ impl Scheme {
 pub struct Function {
     /// Ledger namespace and route segment: `POST /webhooks/<provider>`.
     pub provider: &'static str,
+    /// The cargo package.
+    pub package: &'static str,
     /// The cargo binary.
     pub binary: &'static str,
     /// The variable its signing secrets come from.
@@ -67,6 +70,9 @@ pub struct Function {
     pub dev_secret: &'static str,
     /// Its signature scheme.
     pub scheme: Scheme,
+    /// The migrations its crate ships (`<crate>/migrations/V<n>__<name>.sql`), read from disk:
+    /// the local run applies them after the shared ones.
+    pub migrations: &'static [Migration],
 }
 
 impl Function {
@@ -98,6 +104,7 @@ struct Metadata {
 #[derive(Deserialize)]
 struct Package {
     name: String,
+    manifest_path: PathBuf,
     metadata: Option<PackageMetadata>,
     targets: Vec<Target>,
 }
@@ -115,10 +122,10 @@ struct Target {
 
 static REGISTRY: OnceLock<Result<Vec<Function>, String>> = OnceLock::new();
 
-/// Every provider function of the workspace, in route order: each package that declares a
-/// `[package.metadata.claimonce]` table, read once per process with `cargo metadata`. This is
-/// the one registry the local run, the signer and the tests' generic cases read, so a new
-/// provider crate is picked up with no edit of theirs.
+/// Every provider function of the project ([`project_root`]), in route order: each package
+/// that declares a `[package.metadata.claimonce]` table, read once per process with `cargo
+/// metadata`. This is the one registry the local run, the signer and the tests' generic cases
+/// read, so a new provider crate is picked up with no edit of theirs.
 pub fn all() -> Result<&'static [Function], String> {
     REGISTRY
         .get_or_init(read_registry)
@@ -129,7 +136,7 @@ pub fn all() -> Result<&'static [Function], String> {
 fn read_registry() -> Result<Vec<Function>, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
-        .current_dir(workspace_root())
+        .current_dir(project_root())
         .args([
             "metadata",
             "--format-version",
@@ -154,12 +161,33 @@ fn read_registry() -> Result<Vec<Function>, String> {
         let Some(entry) = package.metadata.and_then(|m| m.claimonce) else {
             continue;
         };
-        let binary = package
+        // The provider's binary: the one named as its package, or its only one (a crate kept
+        // in another repository may carry its migrate function beside it).
+        let bins: Vec<String> = package
             .targets
             .into_iter()
-            .find(|t| t.kind.iter().any(|k| k == "bin"))
+            .filter(|t| t.kind.iter().any(|k| k == "bin"))
             .map(|t| t.name)
-            .ok_or_else(|| format!("{}: a provider crate has a binary", package.name))?;
+            .collect();
+        let binary = match bins.iter().position(|b| *b == package.name) {
+            Some(i) => bins.get(i).cloned(),
+            None if bins.len() == 1 => bins.first().cloned(),
+            None => None,
+        }
+        .ok_or_else(|| {
+            format!(
+                "{}: a provider crate has one binary, or one named as the package",
+                package.name
+            )
+        })?;
+        let folder = package
+            .manifest_path
+            .parent()
+            .map(|dir| dir.join("migrations"));
+        let migrations = match folder {
+            Some(folder) if folder.is_dir() => read_migrations(&folder)?,
+            _ => Vec::new(),
+        };
         let header = || {
             entry
                 .signature_header
@@ -188,14 +216,60 @@ fn read_registry() -> Result<Vec<Function>, String> {
         };
         functions.push(Function {
             provider: keep(entry.provider),
+            package: keep(package.name.clone()),
             binary: keep(binary),
             secret_var: keep(entry.secret_var),
             dev_secret: keep(entry.dev_secret),
             scheme,
+            migrations: Box::leak(migrations.into_boxed_slice()),
         });
     }
     functions.sort_by_key(|f| f.provider);
     Ok(functions)
+}
+
+/// The `V<n>__<name>.sql` files of `folder`, in version order (leaked: they live as long as
+/// the registry). The migrations crate compiles this repository's in by the same rule.
+fn read_migrations(folder: &Path) -> Result<Vec<Migration>, String> {
+    let keep = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let Some(stem) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".sql"))
+        else {
+            continue;
+        };
+        let (version, name) = stem
+            .strip_prefix('V')
+            .and_then(|rest| rest.split_once("__"))
+            .and_then(|(v, name)| Some((v.parse::<i32>().ok()?, name.to_owned())))
+            .ok_or_else(|| {
+                format!(
+                    "{}: a migration is named V<number>__<name>.sql",
+                    path.display()
+                )
+            })?;
+        let sql = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        found.push(Migration {
+            version,
+            name: keep(name),
+            sql: keep(sql),
+        });
+    }
+    found.sort_by_key(|m| m.version);
+    Ok(found)
+}
+
+/// The migrations the local run applies: the shared ones and every registered provider's, in
+/// one sequence (a version taken twice is refused).
+pub fn migrations() -> Result<Vec<Migration>, String> {
+    let mut sets = vec![claimonce_migrations::SHARED];
+    sets.extend(all()?.iter().map(|f| f.migrations));
+    claimonce::migrate::sequence(&sets).map_err(|e| e.to_string())
 }
 
 /// The function whose route is `path`.
@@ -215,6 +289,13 @@ pub fn workspace_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// The project whose providers the local run serves: `CLAIMONCE_PROJECT` (a directory of a
+/// Cargo workspace or package of one's own, whose provider crates depend on `claimonce`), else
+/// this repository. Its registry, its binaries and its `target/claimonce-dev` are the ones used.
+pub fn project_root() -> PathBuf {
+    claimonce::config::optional("CLAIMONCE_PROJECT").map_or_else(workspace_root, PathBuf::from)
+}
+
 /// What [`build`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Binaries {
@@ -231,7 +312,10 @@ pub enum Binaries {
 /// Builds `which` binaries (debug profile) and returns the directory they are in. Cargo is
 /// whichever cargo is running us (`CARGO`), else the one on `PATH`.
 pub fn build(which: Binaries) -> io::Result<PathBuf> {
-    let root = workspace_root();
+    let root = match which {
+        Binaries::Providers => project_root(),
+        Binaries::Workspace => workspace_root(),
+    };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -263,7 +347,7 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     match which {
         Binaries::Providers => {
             for function in all().map_err(io::Error::other)? {
-                command.args(["-p", function.binary]);
+                command.args(["-p", function.package]);
             }
         }
         Binaries::Workspace => {

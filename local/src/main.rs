@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use claimonce::db::{Settings, Timeouts};
 use claimonce_local::postgres::{Options, Postgres};
 use claimonce_local::runtime_api::RuntimeApi;
-use claimonce_local::{functions, gateway, migrations, sign};
+use claimonce_local::{functions, gateway, sign};
 use serde_json::Value;
 
 const USAGE: &str = "usage:
@@ -177,7 +177,7 @@ async fn database() -> Result<(String, Option<Postgres>), String> {
     }
     let dir = claimonce::config::optional("CLAIMONCE_LOCAL_DIR")
         .map_or_else(
-            || functions::workspace_root().join("target/claimonce-dev"),
+            || functions::project_root().join("target/claimonce-dev"),
             std::path::PathBuf::from,
         )
         .join("postgres");
@@ -225,7 +225,7 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     let raw = json || !std::io::stdout().is_terminal();
     let (url, server) = database().await?;
     let mut client = connect(&url).await?;
-    let applied = claimonce::migrate::apply(&mut client, migrations::ALL)
+    let applied = claimonce::migrate::apply(&mut client, &functions::migrations()?)
         .await
         .map_err(|e| e.to_string())?;
     // On the private server each function logs in as its provider's own login, as in a
@@ -303,6 +303,8 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|e| format!("127.0.0.1:{port}: {e} (choose another with --port)"))?;
+    // The port bound, which `--port 0` leaves to the system.
+    let port = listener.local_addr().map_or(port, |a| a.port());
     let base = format!("http://127.0.0.1:{port}");
     let database = if server.is_some() {
         url.as_str()
@@ -320,15 +322,40 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
         );
     }
     println!();
-    println!("Send a signed sample event (a second send answers duplicate):");
-    println!(
-        "  cargo run -q -p claimonce-local -- send events/stripe/invoice.paid.json --url {base}"
-    );
-    println!("Forward test events from the Stripe CLI:");
-    println!("  stripe listen --forward-to {base}/webhooks/stripe");
-    println!(
-        "  (restart this with STRIPE_WEBHOOK_SECRET=<the whsec_ it prints> so its signatures verify)"
-    );
+    // A sample of the first provider that has one, as this project keeps them.
+    let project = functions::project_root();
+    let sample = registry.iter().find_map(|f| {
+        let mut files: Vec<_> = std::fs::read_dir(project.join("events").join(f.provider))
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        files.into_iter().next()
+    });
+    if let Some(sample) = sample {
+        let shown = sample.strip_prefix(&project).unwrap_or(&sample).display();
+        let run = if project == functions::workspace_root() {
+            "cargo run -q -p claimonce-local --".to_owned()
+        } else {
+            format!(
+                "CLAIMONCE_PROJECT={} cargo run -q --manifest-path {} --",
+                project.display(),
+                functions::workspace_root()
+                    .join("local/Cargo.toml")
+                    .display()
+            )
+        };
+        println!("Send a signed sample event (a second send answers duplicate):");
+        println!("  {run} send {shown} --url {base}");
+    }
+    if registry.iter().any(|f| f.provider == "stripe") {
+        println!("Forward test events from the Stripe CLI:");
+        println!("  stripe listen --forward-to {base}/webhooks/stripe");
+        println!(
+            "  (restart this with STRIPE_WEBHOOK_SECRET=<the whsec_ it prints> so its signatures verify)"
+        );
+    }
     println!("Ctrl-C stops the functions and the database.");
     tokio::select! {
         () = gateway::serve(listener, routes) => {}

@@ -2,7 +2,102 @@
 //!
 //! A provider crate supplies a [`Provider`] (how to verify, how to read an event, what each
 //! event does); this crate owns everything else: the raw-body verification schemes, the
-//! claim-then-mutate transaction, the response policy, the connection and the logs.
+//! claim-then-mutate transaction, the response policy, the connection and the logs. A whole
+//! provider, with its effect in Rust on the claim's transaction:
+//!
+//! ```
+//! use claimonce::config::ConfigError;
+//! use claimonce::verify::body_hmac::{BodyHmac, Encoding};
+//! use claimonce::verify::{Sign, Verify, split_secrets};
+//! use claimonce::{
+//!     Effect, EffectError, EventId, Parsed, Problem, Provider, Rejection, Signed, Tx, Type,
+//!     Unsigned,
+//! };
+//!
+//! /// A sender that signs `X-Example-Signature: sha256=<hex>` over the raw body, and puts the
+//! /// event's id (the ledger key) and type in the body it signs.
+//! struct Example {
+//!     verifier: BodyHmac,
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Credit {
+//!     id: String,
+//!     #[serde(rename = "type")]
+//!     kind: String,
+//!     amount: i64,
+//! }
+//!
+//! impl Example {
+//!     fn from_secret(raw: &str) -> Result<Self, ConfigError> {
+//!         let secrets = split_secrets(raw); // several during a rotation
+//!         BodyHmac::new("x-example-signature", "sha256=", Encoding::LowerHex, &secrets)
+//!             .map(|verifier| Example { verifier })
+//!             .ok_or_else(|| ConfigError::new("EXAMPLE_WEBHOOK_SECRET holds no secret".into()))
+//!     }
+//! }
+//!
+//! impl Provider for Example {
+//!     type Event = Credit;
+//!
+//!     fn name(&self) -> &'static str {
+//!         "example" // the ledger namespace, the route /webhooks/example, the role claimonce_example
+//!     }
+//!
+//!     fn verifier(&self) -> &dyn Verify {
+//!         &self.verifier
+//!     }
+//!
+//!     fn parse(&self, signed: &Signed<'_>, _: &Unsigned<'_>) -> Result<Parsed<Credit>, Rejection> {
+//!         let credit: Credit = serde_json::from_slice(signed.body())
+//!             .map_err(|_| Rejection::new(Problem::InvalidPayload, "the body is not a credit"))?;
+//!         Ok(Parsed::new(EventId::new(credit.id.clone())?, credit.kind.clone(), credit))
+//!     }
+//!
+//!     fn effect(&self, _: &Parsed<Credit>) -> Option<Effect> {
+//!         Some(Effect::in_rust()) // or Effect::call: one SQL function, in the claim's statement
+//!     }
+//!
+//!     // Runs only once this delivery has won the claim, on the claim's transaction.
+//!     async fn apply(&self, event: &Parsed<Credit>, tx: &Tx<'_>) -> Result<(), EffectError> {
+//!         tx.execute(
+//!             "INSERT INTO example_credits (event_id, amount) VALUES ($1, $2)",
+//!             &[(&event.event_id.as_str(), Type::TEXT), (&event.event.amount, Type::INT8)],
+//!         )
+//!         .await?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! /// The Lambda binary's `main`: secrets, database and limits from the environment, then serve.
+//! async fn main_of_the_binary() -> Result<(), lambda_http::Error> {
+//!     claimonce::run_from_env("EXAMPLE_WEBHOOK_SECRET", Example::from_secret).await
+//! }
+//!
+//! // Before the database: the signature over the raw bytes, then the provider's parser.
+//! let example = Example::from_secret("s3cret").expect("a secret");
+//! let body = br#"{"id":"evt_1","type":"credit.granted","amount":500}"#;
+//! let mut headers = http::HeaderMap::new();
+//! for (name, value) in example.verifier.sign(body, 0, "") {
+//!     let name = http::HeaderName::from_bytes(name.as_bytes()).expect("a header name");
+//!     headers.insert(name, value.parse().expect("a header value"));
+//! }
+//! let verified = example.verifier().verify(&headers, body, 0).expect("signed with the secret");
+//! let sha256: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(body).into();
+//! let signed = Signed::new(body, &sha256, &verified);
+//! let parsed = example.parse(&signed, &Unsigned::new(&headers)).expect("a credit");
+//! assert_eq!(parsed.event_id.as_str(), "evt_1");
+//! assert!(example.effect(&parsed).is_some_and(|e| e.is_rust()));
+//! let other = Example::from_secret("another").expect("a secret");
+//! assert!(other.verifier().verify(&headers, body, 0).is_err(), "another secret's signature");
+//! # let _ = main_of_the_binary;
+//! ```
+//!
+//! The table `example_credits` comes from the provider crate's own migration, which also
+//! makes the role `claimonce_example` and lets it write the table only under a claim its
+//! transaction won (row-level security with `claimonce_claim_held_v1`). A complete crate kept
+//! outside this repository, with its migration, migrate function, sample event and tests, is
+//! `examples/own-provider/` (the README's "Use it in your project").
 
 #![warn(missing_docs)]
 

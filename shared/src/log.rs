@@ -21,6 +21,7 @@ type Sink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How serious a line is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Level {
     /// Detail for a person debugging: off unless the log level says `DEBUG`.
     Debug,

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 /// Why a request was refused. Every variant is a request that can never succeed as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Problem {
     /// No signature header (or not all the headers the scheme needs).
     MissingSignature,
@@ -86,6 +87,7 @@ impl Rejection {
 
 /// How a delivery ended. Each one is logged with this name and answered with one status.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Disposition {
     /// The claim was won and the effect committed with it.
     Processed,

@@ -407,6 +407,94 @@ async fn the_local_run_says_what_to_do_when_its_server_cannot_reach_its_folder()
     let _ = std::fs::remove_dir_all(&closed);
 }
 
+/// A provider crate kept in another project (`examples/own-provider/`, its own workspace) runs
+/// under the local run as this repository's do: `CLAIMONCE_PROJECT` names the project, whose
+/// registry, binaries (built by the run) and migrations (after the shared ones) are used, and
+/// its sample, sent twice, is processed and then a duplicate.
+#[tokio::test]
+async fn the_local_run_serves_a_provider_crate_of_another_project() {
+    use tokio::io::AsyncBufReadExt as _;
+    let project = workspace_root().join("examples/own-provider");
+    let dir = std::env::temp_dir().join(format!("claimonce-own-provider-{}", std::process::id()));
+    let local = binaries().await.join("claimonce-local");
+    // Its build goes to this workspace's target directory, reusing what the suite built.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from);
+    let mut run = tokio::process::Command::new(&local)
+        .args(["run", "--port", "0", "--instances", "1", "--json"])
+        .env("CLAIMONCE_PROJECT", &project)
+        .env("CLAIMONCE_LOCAL_DIR", &dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("DATABASE_URL")
+        .env_remove("CLAIMONCE_LOCAL_BINARIES")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn claimonce-local");
+    let mut lines = tokio::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+    let mut said = Vec::new();
+    let base = tokio::time::timeout(Duration::from_secs(600), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            said.push(line.clone());
+            if let Some(base) = line.strip_prefix("claimonce is running locally at ") {
+                return Some(base.to_owned());
+            }
+        }
+        None
+    })
+    .await
+    .expect("the local run came up")
+    .unwrap_or_else(|| panic!("the local run ended: {said:?}"));
+    // Keep reading, so the functions' log lines never fill the pipe.
+    let rest = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push(line);
+        }
+        rest
+    });
+    let sample = project.join("events/acme/credit.granted.json");
+    let send = || async {
+        let output = tokio::process::Command::new(&local)
+            .arg("send")
+            .arg(&sample)
+            .args(["--url", &base])
+            .env("CLAIMONCE_PROJECT", &project)
+            .output()
+            .await
+            .expect("send");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    };
+    let first = send().await;
+    assert!(first.contains(r#"{"disposition":"processed"}"#), "{first}");
+    let second = send().await;
+    assert!(
+        second.contains(r#"{"disposition":"duplicate"}"#),
+        "{second}"
+    );
+    drop(run);
+    let rest = rest.await.expect("the reader");
+    // The shared migrations and the project's own (10000) were applied, and no provider of
+    // this repository was served.
+    let startup = said
+        .iter()
+        .chain(&rest)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(startup.contains(", 10000]"), "{startup}");
+    assert!(startup.contains("/webhooks/acme"), "{startup}");
+    assert!(!startup.contains("/webhooks/stripe"), "{startup}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains(r#""event_id":"evt_acme_0001""#)),
+        "{rest:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_license_file_is_the_license_the_crates_declare() {
     let root = workspace_root();

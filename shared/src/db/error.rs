@@ -5,6 +5,7 @@ use crate::auth::AuthError;
 
 /// Why a connection could not be made.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ConnectError {
     /// The server refused, TLS verification failed, or authentication failed.
     Failed(tokio_postgres::Error),
@@ -54,6 +55,7 @@ impl std::error::Error for ConnectError {
 
 /// Why a delivery's statement did not complete.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// No connection could be made.
     Connect(ConnectError),

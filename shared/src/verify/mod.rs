@@ -124,6 +124,7 @@ pub(crate) fn reject(problem: Problem, detail: &'static str) -> Rejection {
 
 /// Why a header could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HeaderFault {
     /// The header appears more than once.
     Repeated,
