@@ -366,20 +366,31 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     }
 }
 
-/// The whole of a provider function's `main`: read the signing secrets (`secret_var`, or the
-/// Secrets Manager secret `<secret_var>_ARN` names: [`crate::secrets`]), build the provider
-/// from them with `build` and the receiver from the environment, connect, and serve. A
+/// The whole of a provider function's `main`, given its crate's manifest
+/// (`include_str!("../Cargo.toml")`): read the signing secrets from the variable its registry
+/// entry names (`secret_var`, or the Secrets Manager secret `<secret_var>_ARN` names:
+/// [`crate::secrets`]), build the provider from them with `build` (its `name()` must be the
+/// entry's `provider`) and the receiver from the environment, connect, and serve. A
 /// configuration error is logged as one line (naming the variable, never its value) and ends
 /// the process before it takes any request.
 pub async fn run_from_env<P: Provider>(
-    secret_var: &'static str,
+    manifest: &'static str,
     build: fn(&str) -> Result<P, ConfigError>,
 ) -> Result<(), lambda_http::Error> {
     let log = Log::stdout();
     let built = async {
-        let secrets = crate::secrets::WebhookSecrets::from_env(secret_var).await?;
+        let entry = crate::registry::Entry::from_manifest(manifest)?;
+        let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;
         let interval = crate::secrets::refresh_interval()?;
         let provider = build(&secrets.read().await?)?;
+        if provider.name() != entry.provider {
+            return Err(ConfigError::new(format!(
+                "the provider is named {:?}, its registry entry {:?}: they are one name (the \
+                 ledger namespace, the route, the role)",
+                provider.name(),
+                entry.provider
+            )));
+        }
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(

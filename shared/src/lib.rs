@@ -69,9 +69,17 @@
 //!     }
 //! }
 //!
+//! /// The crate's registry entry, in its `Cargo.toml` (`main` reads it with
+//! /// `include_str!("../Cargo.toml")`): the provider's name and its secret variable.
+//! const MANIFEST: &str = r#"
+//! [package.metadata.claimonce]
+//! provider = "example"
+//! secret_var = "EXAMPLE_WEBHOOK_SECRET"
+//! "#;
+//!
 //! /// The Lambda binary's `main`: secrets, database and limits from the environment, then serve.
 //! async fn main_of_the_binary() -> Result<(), lambda_http::Error> {
-//!     claimonce::run_from_env("EXAMPLE_WEBHOOK_SECRET", Example::from_secret).await
+//!     claimonce::run_from_env(MANIFEST, Example::from_secret).await
 //! }
 //!
 //! // Before the database: the signature over the raw bytes, then the provider's parser.
@@ -112,6 +120,7 @@ pub mod migrate;
 pub mod pipeline;
 mod provider;
 mod receiver;
+pub mod registry;
 mod response;
 pub mod scheduled;
 pub mod secrets;

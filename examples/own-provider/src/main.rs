@@ -3,5 +3,6 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env("ACME_WEBHOOK_SECRET", acme_webhook::Acme::from_secret).await
+    // The secret variable and the provider's name come from the registry entry in Cargo.toml.
+    claimonce::run_from_env(include_str!("../Cargo.toml"), acme_webhook::Acme::from_secret).await
 }

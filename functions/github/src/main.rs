@@ -3,5 +3,10 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    claimonce::run_from_env("GITHUB_WEBHOOK_SECRET", github_webhook::GitHub::from_secret).await
+    // The secret variable and the provider's name come from the registry entry in Cargo.toml.
+    claimonce::run_from_env(
+        include_str!("../Cargo.toml"),
+        github_webhook::GitHub::from_secret,
+    )
+    .await
 }

@@ -3,8 +3,9 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
+    // The secret variable and the provider's name come from the registry entry in Cargo.toml.
     claimonce::run_from_env(
-        "SHOPIFY_WEBHOOK_SECRET",
+        include_str!("../Cargo.toml"),
         shopify_webhook::Shopify::from_secret,
     )
     .await

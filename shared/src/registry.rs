@@ -1,0 +1,87 @@
+//! A provider crate's registry entry, the `[package.metadata.claimonce]` table of its
+//! `Cargo.toml`: the one place its secret variable and provider name are written. The local
+//! run, the harness and `scripts/template` read it with `cargo metadata`; the function binary
+//! reads it from its own manifest, compiled in (`include_str!("../Cargo.toml")`), so `main.rs`
+//! names neither.
+
+use crate::config::ConfigError;
+
+/// What a function binary needs from its registry entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// `provider`: the ledger namespace, which the provider's `name()` must return.
+    pub provider: &'static str,
+    /// `secret_var`: the variable its signing secrets come from (or `<secret_var>_ARN`).
+    pub secret_var: &'static str,
+}
+
+impl Entry {
+    /// Reads the entry from a crate manifest's text. Only `key = "value"` lines are read,
+    /// which is how the entries are written; anything else in the table is left alone.
+    pub fn from_manifest(manifest: &'static str) -> Result<Self, ConfigError> {
+        let mut in_table = false;
+        let (mut provider, mut secret_var) = (None, None);
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                in_table = line == "[package.metadata.claimonce]";
+                continue;
+            }
+            if !in_table {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = value.trim();
+            let Some(value) = value
+                .strip_prefix('"')
+                .and_then(|rest| rest.split_once('"'))
+                .map(|(text, _)| text)
+            else {
+                continue;
+            };
+            match key.trim() {
+                "provider" => provider = Some(value),
+                "secret_var" => secret_var = Some(value),
+                _ => {}
+            }
+        }
+        let missing = |key: &str| {
+            ConfigError::new(format!(
+                "the crate's manifest has no {key} in its [package.metadata.claimonce] table"
+            ))
+        };
+        Ok(Self {
+            provider: provider.ok_or_else(|| missing("provider"))?,
+            secret_var: secret_var.ok_or_else(|| missing("secret_var"))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_is_read_from_its_table_only() {
+        let manifest = r#"
+[package]
+name = "x-webhook"
+provider = "not-this-one"
+
+[package.metadata.claimonce]
+# a comment
+provider = "x"
+secret_var = "X_WEBHOOK_SECRET" # the secrets
+scheme = "body-hmac-sha256"
+
+[package.metadata.claimonce.deploy]
+secret_var = "NOT_THIS_ONE"
+"#;
+        let entry = Entry::from_manifest(manifest).expect("an entry");
+        assert_eq!(entry.provider, "x");
+        assert_eq!(entry.secret_var, "X_WEBHOOK_SECRET");
+        let refused = Entry::from_manifest("[package]\nname = \"y\"\n").expect_err("no table");
+        assert!(refused.to_string().contains("provider"), "{refused}");
+    }
+}
