@@ -35,7 +35,7 @@ pub enum Scheme {
 impl Scheme {
     /// The scheme's signer with `secret`: the shared crate's own type, which the provider
     /// verifies with.
-    pub fn signer(&self, secret: &str) -> Result<Box<dyn Sign>, String> {
+    pub fn signer(&self, secret: &str) -> Result<Box<dyn Sign + Send + Sync>, String> {
         let no_secret = || "the scheme needs a secret".to_owned();
         Ok(match *self {
             Scheme::TimestampV1(header) => {

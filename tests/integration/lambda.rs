@@ -246,7 +246,10 @@ const UNREACHABLE_DATABASE: (&str, &str) = (
 async fn a_binary_without_its_secret_stops_at_start_naming_the_variable() {
     for f in functions::all().expect("the provider registry") {
         let all = start_error(f.binary, &[UNREACHABLE_DATABASE], &[f.secret_var]).await;
-        assert!(all.contains(&format!("{} must be set", f.secret_var)), "{all}");
+        assert!(
+            all.contains(&format!("{} must be set", f.secret_var)),
+            "{all}"
+        );
         assert!(!all.contains("hunter2"), "{all}");
     }
 }
