@@ -46,6 +46,13 @@ pub fn event(method: &str, path: &str, query: &str, headers: &HeaderMap, body: &
         Err(_) => (STANDARD.encode(body), true),
     };
     let route = format!("{method} {path}");
+    // One id per request, as API Gateway gives: the delivery line's `request_id`.
+    static REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let request_id = format!("local{n:010}=");
+    let epoch_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     json!({
         "version": "2.0",
         "routeKey": route,
@@ -64,11 +71,11 @@ pub fn event(method: &str, path: &str, query: &str, headers: &HeaderMap, body: &
                 "sourceIp": "127.0.0.1",
                 "userAgent": headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("")
             },
-            "requestId": "local",
+            "requestId": request_id,
             "routeKey": route,
             "stage": "$default",
             "time": "",
-            "timeEpoch": 0
+            "timeEpoch": epoch_ms
         },
         "body": body,
         "isBase64Encoded": encoded
@@ -204,4 +211,20 @@ pub async fn send(authority: &str, event: &Value) -> Result<(StatusCode, Bytes),
         .map_err(|e| e.to_string())?
         .to_bytes();
     Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_has_its_own_request_id_and_time() {
+        let headers = HeaderMap::new();
+        let first = event("POST", "/webhooks/x", "", &headers, b"{}");
+        let second = event("POST", "/webhooks/x", "", &headers, b"{}");
+        let id = |e: &Value| e["requestContext"]["requestId"].as_str().map(str::to_owned);
+        assert!(id(&first).is_some());
+        assert_ne!(id(&first), id(&second));
+        assert!(first["requestContext"]["timeEpoch"].as_u64() > Some(1_700_000_000_000));
+    }
 }

@@ -21,12 +21,26 @@ use serde_json::Value;
 
 const USAGE: &str = "usage:
   claimonce-local [run] [--port 9000] [--instances 2] [--json]
-                                                        run every function locally; --json prints
-                                                        the functions' JSON log lines as they are
-                                                        (the default when stdout is not a terminal)
+                                                        run every function locally: --port is the
+                                                        front's port (0: any free one); --instances
+                                                        how many copies of each function poll its
+                                                        Runtime API (two, so concurrent deliveries
+                                                        race as on Lambda); --json prints the
+                                                        functions' JSON log lines as they are (the
+                                                        default when stdout is not a terminal)
   claimonce-local sign <event.json>...                  re-sign sample events in place
   claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)
-  claimonce-local --help                                this text";
+  claimonce-local --help                                this text
+
+environment:
+  DATABASE_URL              use this PostgreSQL instead of a private one
+  CLAIMONCE_LOCAL_DIR       where the private PostgreSQL keeps its data (default
+                            target/claimonce-dev; delete it to start clean)
+  CLAIMONCE_PROJECT         serve another project's provider crates (its registry, binaries,
+                            migrations and target/claimonce-dev)
+  <PROVIDER>_WEBHOOK_SECRET a secret accepted beside the local one (the whsec_ that
+                            `stripe listen` prints, for example)
+  PG_BIN                    the folder of initdb and postgres, when not found on its own";
 
 fn now() -> u64 {
     SystemTime::now()
@@ -379,6 +393,20 @@ mod tests {
     #[test]
     fn help_and_wrong_flags_answer_at_once() {
         assert_eq!(parse("--help"), Ok(Command::Help));
+        // The help names every option and every variable the run reads.
+        for word in [
+            "--port",
+            "--instances",
+            "--json",
+            "--url",
+            "DATABASE_URL",
+            "CLAIMONCE_LOCAL_DIR",
+            "CLAIMONCE_PROJECT",
+            "_WEBHOOK_SECRET",
+            "PG_BIN",
+        ] {
+            assert!(USAGE.contains(word), "{word}");
+        }
         assert_eq!(parse("send x.json -h"), Ok(Command::Help));
         assert_eq!(
             parse(""),

@@ -106,9 +106,21 @@
 //! transaction won (row-level security with `claimonce_claim_held_v1`). A complete crate kept
 //! outside this repository, with its migration, migrate function, sample event and tests, is
 //! `examples/own-provider/` (the README's "Use it in your project").
+//!
+//! **What a provider crate uses** is the crate root ([`Provider`], its types, [`Effect`],
+//! [`Tx`], [`run_from_env`], [`Receiver`] for its tests), [`verify`] (the schemes and [`Sign`]),
+//! [`config`], [`timestamp`], [`migrate`] (its migrations), [`secrets`] (how its secret is read)
+//! and, for tests that build a receiver, [`db`] and [`log`]. Public enums that may grow are
+//! `#[non_exhaustive]`. The modules left out of this documentation serve this workspace's own
+//! scheduled functions and may change in any release.
+//!
+//! [`Sign`]: verify::Sign
 
 #![warn(missing_docs)]
 
+// For this workspace's own scheduled functions and the AWS clients they build; not part of what
+// a provider crate uses, so not in the documentation.
+#[doc(hidden)]
 pub mod auth;
 pub mod config;
 pub mod db;
@@ -120,8 +132,9 @@ pub mod migrate;
 pub mod pipeline;
 mod provider;
 mod receiver;
-pub mod registry;
+mod registry;
 mod response;
+#[doc(hidden)]
 pub mod scheduled;
 pub mod secrets;
 pub mod timestamp;

@@ -113,7 +113,9 @@ impl Process {
 /// invocation at a time, so one slot for the process is exact; the Lambda boundary and the
 /// scheduled functions' loop fill it before each invocation ([`begin`]).
 static INVOCATION: Mutex<Invocation> = Mutex::new(Invocation {
-    cold_start: false,
+    // Before its first invocation a process is in its init phase, the cold start itself: the
+    // warm-up's "cold start" line says so beside its ColdStart metric.
+    cold_start: true,
     function_arn: String::new(),
     function_request_id: String::new(),
     xray_trace_id: None,

@@ -93,6 +93,14 @@ async fn every_delivery_line_joins_its_lambda_request_its_api_request_and_its_tr
     }
     assert_eq!(deliveries[0]["disposition"], "processed");
     assert_eq!(deliveries[1]["disposition"], "duplicate");
+    // The warm-up's line, before the first invocation, is the cold start too: its key agrees
+    // with its metric.
+    let warm_up = lines
+        .iter()
+        .find(|l| l["message"] == "cold start")
+        .expect("the cold start line");
+    assert_eq!(warm_up["cold_start"], true, "{warm_up}");
+    assert_eq!(warm_up["ColdStart"], 1.0, "{warm_up}");
     // Nothing the process printed carries the secret, a signature or the body.
     let text = lines
         .iter()
