@@ -4,5 +4,9 @@
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
     // The secret variable and the provider's name come from the registry entry in Cargo.toml.
-    claimonce::run_from_env(include_str!("../Cargo.toml"), acme_webhook::Acme::from_secret).await
+    claimonce::run_from_env(
+        include_str!("../Cargo.toml"),
+        acme_webhook::Acme::from_secret,
+    )
+    .await
 }
