@@ -65,7 +65,8 @@ fn main() {
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
                 continue;
             };
-            let Some(stem) = name.strip_suffix(".sql") else {
+            // schema.sql is the rendered schema (a test keeps it current), not a migration.
+            let Some(stem) = name.strip_suffix(".sql").filter(|_| name != "schema.sql") else {
                 continue;
             };
             let parsed = stem

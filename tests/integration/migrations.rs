@@ -81,6 +81,7 @@ async fn the_sql_files_apply_in_order_with_psql() {
         .flat_map(|dir| std::fs::read_dir(dir).expect("migrations dir"))
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .filter(|p| p.file_name().is_some_and(|n| n != "schema.sql"))
         .collect();
     files.sort_by_key(|p| {
         p.file_name()
@@ -208,4 +209,66 @@ async fn a_handler_login_of_the_previous_release_writes_nothing_directly_and_sti
     ] {
         assert_eq!(old.count(sql).await, expected, "{sql}");
     }
+}
+
+/// `pg_dump --schema-only` of a database with every migration applied, without what changes
+/// from one dump to the next (the version banner, psql's `\restrict` key, empty lines).
+async fn schema_now(db: &TestDb) -> String {
+    let output = tokio::process::Command::new(claimonce_local::postgres::tool("pg_dump"))
+        .args(["--schema-only", "--no-owner", "-d", &db.url])
+        .output()
+        .await
+        .expect("pg_dump is installed beside the server");
+    assert!(
+        output.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut kept = String::from(
+        "-- The schema every migration leaves, functions and grants included: what a fresh\n\
+         -- database looks like after `migrate`. Rendered with pg_dump --schema-only; a test\n\
+         -- (migrations::the_committed_schema_is_what_the_migrations_make) fails when it is\n\
+         -- stale: CLAIMONCE_WRITE_SCHEMA=1 cargo test --test integration committed_schema\n\
+         -- writes it again. Not applied by anything: the migrations are the source.\n",
+    );
+    // Runs of empty lines, left where the dump's own comments were, are kept as one.
+    let mut blank = true;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let noise = line.starts_with("--")
+            || line.starts_with("\\restrict")
+            || line.starts_with("\\unrestrict");
+        if noise || (line.is_empty() && blank) {
+            continue;
+        }
+        blank = line.is_empty();
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    kept
+}
+
+/// `migrations/schema.sql` is today's schema, so a reader (or a reviewer of a migration) sees
+/// the result without replaying eight files and picking the highest `_vN` of each function.
+#[tokio::test]
+async fn the_committed_schema_is_what_the_migrations_make() {
+    let db = TestDb::new().await;
+    db.direct_because("pg_dump reads the server's catalog, as an operator would");
+    let now = schema_now(&db).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/schema.sql");
+    if std::env::var("CLAIMONCE_WRITE_SCHEMA").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &now).expect("write migrations/schema.sql");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == now,
+        "migrations/schema.sql is not what the migrations make: run \
+         CLAIMONCE_WRITE_SCHEMA=1 cargo test --test integration committed_schema, and review \
+         the diff"
+    );
+    // What a reader comes for is in it: the ledger and the newest claim function.
+    assert!(
+        now.contains("CREATE TABLE public.processed_events"),
+        "{now}"
+    );
+    assert!(now.contains("FUNCTION public.claimonce_claim_v1("), "{now}");
 }
