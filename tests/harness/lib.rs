@@ -6,6 +6,7 @@ pub mod apigw;
 pub mod db;
 pub mod faults;
 pub mod lambda;
+pub mod moto;
 pub mod operations;
 pub mod proxy;
 pub mod recorder;

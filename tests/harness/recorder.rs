@@ -174,22 +174,28 @@ impl Recorder {
     /// The AWS configuration a function would have, with every call sent here: region
     /// `us-east-1`, static test credentials, this server as the endpoint of every service.
     pub async fn aws_config(&self) -> aws_config::SdkConfig {
-        claimonce::auth::aws_config()
-            .region(aws_config::Region::new("us-east-1"))
-            .endpoint_url(&self.url)
-            .credentials_provider(aws_credential_types::Credentials::new(
-                "AKIDEXAMPLE",
-                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-                None,
-                None,
-                "test",
-            ))
-            .load()
-            .await
+        aws_config_at(&self.url).await
     }
 
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().expect("requests").clone()
     }
+}
+
+/// An SDK configuration for an endpoint on loopback (the stub, or moto): a fixed region and
+/// the documentation's example credentials, which neither checks.
+pub async fn aws_config_at(url: &str) -> aws_config::SdkConfig {
+    claimonce::auth::aws_config()
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        ))
+        .load()
+        .await
 }

@@ -558,29 +558,28 @@ async fn invoke_signed(api: &RuntimeApi, sample: &str, secret: &str) -> (u16, St
     invoke_event(api, &event).await
 }
 
-/// The signing secret as a deployment has it: not in the function's environment but in the
-/// Secrets Manager secret `<VAR>_ARN` names, read by the real binary at cold start, and read
-/// again when a delivery's signature matches none (a rotation: "old,new" in the secret).
-#[tokio::test]
-async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no_deploy() {
-    let db = claimonce_tests::TestDb::new().await;
+/// The Stripe binary under a Runtime API, its signing secret read from the Secrets Manager
+/// secret `arn` at `endpoint` (a stub or moto), every mismatch allowed to read it again.
+async fn stripe_reading_its_secret(
+    db: &claimonce_tests::TestDb,
+    arn: &str,
+    endpoint: &str,
+) -> (RuntimeApi, Child) {
     let f = function("stripe");
-    let current = Arc::new(Mutex::new(f.dev_secret.to_owned()));
-    let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
     let api = RuntimeApi::start(f.binary).await.expect("api");
     let url = db.function_url_as("stripe");
     let arn_var = format!("{}_ARN", f.secret_var);
     let env = [
         ("DATABASE_URL", url.as_str()),
-        (arn_var.as_str(), WEBHOOK_ARN),
-        ("AWS_ENDPOINT_URL_SECRETS_MANAGER", stub.url.as_str()),
+        (arn_var.as_str(), arn),
+        ("AWS_ENDPOINT_URL_SECRETS_MANAGER", endpoint),
         ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
         (
             "AWS_SECRET_ACCESS_KEY",
             "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
         ),
         ("AWS_REGION", "us-east-1"),
-        // Every mismatch may read again: the interval's own test is the next one.
+        // Every mismatch may read again: the interval's own test is below.
         ("WEBHOOK_SECRET_REFRESH_SECONDS", "0"),
     ];
     let instance = api
@@ -590,6 +589,19 @@ async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
+    (api, instance)
+}
+
+/// The signing secret as a deployment has it: not in the function's environment but in the
+/// Secrets Manager secret `<VAR>_ARN` names, read by the real binary at cold start, and read
+/// again when a delivery's signature matches none (a rotation: "old,new" in the secret).
+#[tokio::test]
+async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no_deploy() {
+    let db = claimonce_tests::TestDb::new().await;
+    let f = function("stripe");
+    let current = Arc::new(Mutex::new(f.dev_secret.to_owned()));
+    let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
+    let (api, instance) = stripe_reading_its_secret(&db, WEBHOOK_ARN, &stub.url).await;
     assert_eq!(
         invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
         (200, "processed".into())
@@ -616,6 +628,56 @@ async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no
         (400, "signature-mismatch".into())
     );
     assert_eq!(stub.requests().len(), 3);
+    let printed = everything_printed(instance).await;
+    assert!(printed.contains("signing secrets read again"), "{printed}");
+    for secret in [f.dev_secret, new] {
+        assert!(!printed.contains(secret), "a secret in the output");
+    }
+}
+
+/// The same rotation against a real Secrets Manager emulator (moto's server, started by the
+/// harness): the secret created and then rotated through the SDK as an operator would
+/// (`put-secret-value`), the real binary reading it at cold start and again at the first
+/// signature the current secrets do not match, with no restart and nothing secret printed.
+/// The stub above stays for what only it can show: how many reads were made.
+#[tokio::test]
+async fn a_signing_secret_rotated_in_secrets_manager_verifies_the_next_delivery_with_no_restart() {
+    let db = claimonce_tests::TestDb::new().await;
+    let moto = claimonce_tests::moto::moto().await;
+    let manager = aws_sdk_secretsmanager::Client::new(&moto.aws_config().await);
+    let f = function("stripe");
+    let created = manager
+        .create_secret()
+        .name(format!("claimonce/{}/stripe", db.name))
+        .secret_string(f.dev_secret)
+        .send()
+        .await
+        .expect("create the secret in moto");
+    let arn = created.arn().expect("an ARN").to_owned();
+    let (api, instance) = stripe_reading_its_secret(&db, &arn, &moto.url).await;
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
+        (200, "processed".into())
+    );
+    // The rotation's first step: the new secret beside the old one, a new version.
+    let new = "whsec_rotated_in_moto_without_a_deploy";
+    manager
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string(format!("{},{new}", f.dev_secret))
+        .send()
+        .await
+        .expect("rotate the secret in moto");
+    assert_eq!(
+        invoke_signed(&api, "stripe/checkout.session.completed.json", new).await,
+        (200, "processed".into()),
+        "the warm function verifies the new secret"
+    );
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
+        (200, "duplicate".into()),
+        "and still the old one"
+    );
     let printed = everything_printed(instance).await;
     assert!(printed.contains("signing secrets read again"), "{printed}");
     for secret in [f.dev_secret, new] {
