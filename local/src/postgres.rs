@@ -250,6 +250,22 @@ fn stop_server(data: &Path, what: &str) -> io::Result<()> {
 /// sends its foreground job (SIGHUP when it closes, SIGINT on Ctrl-C) reach only this process,
 /// and the watchdog outlives it to stop the server.
 pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> io::Result<()> {
+    watch(program, args, log, cleanup, true)
+}
+
+/// [`supervise`], with `program` run as this process's own user (an emulator from a private
+/// virtualenv the server user cannot read), and nothing to clean up after it.
+pub fn supervise_as_self(program: &Path, args: &[String], log: &Path) -> io::Result<()> {
+    watch(program, args, log, "", false)
+}
+
+fn watch(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    cleanup: &str,
+    as_server_user: bool,
+) -> io::Result<()> {
     use std::os::unix::process::CommandExt as _;
     let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
     let script = format!(
@@ -260,7 +276,7 @@ pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> 
         args = quoted.join(" "),
         log = shell_quote(&log.to_string_lossy()),
     );
-    let mut watchdog = if running_as_root() {
+    let mut watchdog = if as_server_user && running_as_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--", "sh", "-c", &script]);
         c

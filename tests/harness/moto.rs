@@ -9,14 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-/// The running server.
+/// The running server, stopped by `claimonce_local::postgres::supervise_as_self`'s watchdog
+/// when this process ends (however it ends), as the private PostgreSQL is.
 #[derive(Debug)]
 pub struct Moto {
     /// `http://127.0.0.1:<port>`.
     pub url: String,
-    /// The watchdog's stdin, never written: when this process is gone (however it ended), the
-    /// watchdog's read ends and it stops the server, as the private PostgreSQL's does.
-    _watchdog: std::sync::Mutex<(std::process::Child, Option<std::process::ChildStdin>)>,
 }
 
 static MOTO: OnceCell<Moto> = OnceCell::const_new();
@@ -37,21 +35,17 @@ pub async fn moto() -> &'static Moto {
         let bin = PathBuf::from(String::from_utf8_lossy(&tools.stdout).trim());
         let port = claimonce_local::postgres::free_loopback_port().expect("a free port");
         let log = std::env::temp_dir().join(format!("claimonce-moto-{}.log", std::process::id()));
-        let script = format!(
-            "'{}' -H 127.0.0.1 -p {port} >'{}' 2>&1 </dev/null & child=$!\n\
-             cat >/dev/null\n\
-             kill $child 2>/dev/null; wait $child",
-            bin.join("moto_server").display(),
-            log.display()
-        );
-        let mut watchdog = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start moto_server");
-        let held = watchdog.stdin.take();
+        claimonce_local::postgres::supervise_as_self(
+            &bin.join("moto_server"),
+            &[
+                "-H".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ],
+            &log,
+        )
+        .expect("start moto_server");
         // Up once it accepts a connection; bounded, so a server that never starts fails here.
         let up = tokio::time::timeout(Duration::from_secs(60), async {
             while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -69,7 +63,6 @@ pub async fn moto() -> &'static Moto {
         );
         Moto {
             url: format!("http://127.0.0.1:{port}"),
-            _watchdog: std::sync::Mutex::new((watchdog, held)),
         }
     })
     .await
