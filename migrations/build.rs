@@ -10,25 +10,25 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+// The file and manifest conventions, shared with the claimonce crate as source: a build
+// script cannot depend on the crate it builds beside without compiling it twice.
+#[path = "../shared/src/conventions.rs"]
+mod conventions;
+
 /// The `provider` of the `[package.metadata.claimonce]` table in `manifest`, if it has one.
 fn registered_provider(manifest: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(manifest).ok()?;
-    let mut in_table = false;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_table = line == "[package.metadata.claimonce]";
-        } else if in_table && let Some(value) = line.strip_prefix("provider") {
-            let value = value.trim_start().strip_prefix('=')?.trim();
-            return Some(value.trim_matches('"').to_owned());
-        }
-    }
-    None
+    conventions::registry_value(&text, "provider").map(str::to_owned)
 }
 
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let functions = dir.join("../functions");
     println!("cargo:rerun-if-changed={}", dir.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        dir.join("../shared/src/conventions.rs").display()
+    );
     println!("cargo:rerun-if-changed={}", functions.display());
     // (provider, its folder when it has one): the shared migrations' provider is None.
     let mut folders: Vec<(Option<String>, Option<PathBuf>)> = vec![(None, Some(dir.clone()))];
@@ -66,14 +66,10 @@ fn main() {
                 continue;
             };
             // schema.sql is the rendered schema (a test keeps it current), not a migration.
-            let Some(stem) = name.strip_suffix(".sql").filter(|_| name != "schema.sql") else {
+            if !name.ends_with(".sql") || name == "schema.sql" {
                 continue;
-            };
-            let parsed = stem
-                .strip_prefix('V')
-                .and_then(|rest| rest.split_once("__"))
-                .and_then(|(version, label)| Some((version.parse::<i32>().ok()?, label)));
-            let Some((version, label)) = parsed else {
+            }
+            let Some((version, label)) = conventions::migration_file_name(&name) else {
                 panic!(
                     "{}: a migration is named V<number>__<name>.sql",
                     path.display()

@@ -229,24 +229,23 @@ fn read_registry() -> Result<Vec<Function>, String> {
 }
 
 /// The `V<n>__<name>.sql` files of `folder`, in version order (leaked: they live as long as
-/// the registry). The migrations crate compiles this repository's in by the same rule.
+/// the registry), named by `claimonce::conventions::migration_file_name`, the rule the
+/// migrations crate compiles this repository's in by.
 fn read_migrations(folder: &Path) -> Result<Vec<Migration>, String> {
     let keep = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let mut found = Vec::new();
     let entries = std::fs::read_dir(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
     for entry in entries {
         let path = entry.map_err(|e| e.to_string())?.path();
-        let Some(stem) = path
+        let Some(file) = path
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".sql"))
+            .filter(|n| n.ends_with(".sql"))
         else {
             continue;
         };
-        let (version, name) = stem
-            .strip_prefix('V')
-            .and_then(|rest| rest.split_once("__"))
-            .and_then(|(v, name)| Some((v.parse::<i32>().ok()?, name.to_owned())))
+        let (version, name) = claimonce::conventions::migration_file_name(file)
+            .map(|(v, name)| (v, name.to_owned()))
             .ok_or_else(|| {
                 format!(
                     "{}: a migration is named V<number>__<name>.sql",

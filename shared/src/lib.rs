@@ -123,6 +123,7 @@
 #[doc(hidden)]
 pub mod auth;
 pub mod config;
+pub mod conventions;
 pub mod db;
 pub mod effect;
 pub mod lambda;

@@ -16,44 +16,18 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Reads the entry from a crate manifest's text. Only `key = "value"` lines are read,
-    /// which is how the entries are written; anything else in the table is left alone.
+    /// Reads the entry from a crate manifest's text ([`crate::conventions::registry_value`]).
     pub fn from_manifest(manifest: &'static str) -> Result<Self, ConfigError> {
-        let mut in_table = false;
-        let (mut provider, mut secret_var) = (None, None);
-        for line in manifest.lines().map(str::trim) {
-            if line.starts_with('[') {
-                in_table = line == "[package.metadata.claimonce]";
-                continue;
-            }
-            if !in_table {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                continue;
-            };
-            let value = value.trim();
-            let Some(value) = value
-                .strip_prefix('"')
-                .and_then(|rest| rest.split_once('"'))
-                .map(|(text, _)| text)
-            else {
-                continue;
-            };
-            match key.trim() {
-                "provider" => provider = Some(value),
-                "secret_var" => secret_var = Some(value),
-                _ => {}
-            }
-        }
-        let missing = |key: &str| {
-            ConfigError::new(format!(
-                "the crate's manifest has no {key} in its [package.metadata.claimonce] table"
-            ))
+        let value = |key: &str| {
+            crate::conventions::registry_value(manifest, key).ok_or_else(|| {
+                ConfigError::new(format!(
+                    "the crate's manifest has no {key} in its [package.metadata.claimonce] table"
+                ))
+            })
         };
         Ok(Self {
-            provider: provider.ok_or_else(|| missing("provider"))?,
-            secret_var: secret_var.ok_or_else(|| missing("secret_var"))?,
+            provider: value("provider")?,
+            secret_var: value("secret_var")?,
         })
     }
 }

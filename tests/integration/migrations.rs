@@ -86,7 +86,8 @@ async fn the_sql_files_apply_in_order_with_psql() {
     files.sort_by_key(|p| {
         p.file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix('V')?.split("__").next()?.parse::<u32>().ok())
+            .and_then(claimonce::conventions::migration_file_name)
+            .map(|(version, _)| version)
             .expect("V<n>__<name>.sql")
     });
     assert_eq!(
