@@ -143,18 +143,8 @@ impl Builder {
             .into_iter()
             .map(|(n, _)| n)
             .collect();
-        let dir = claimonce_local::functions::workspace_root()
-            .join("events")
-            .join(provider);
         let mut samples = Vec::new();
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        files.sort();
-        for path in files
-            .into_iter()
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        {
+        for path in function.samples() {
             let event: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(&path).expect("a sample"))
                     .expect("JSON");

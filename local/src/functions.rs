@@ -80,6 +80,18 @@ impl Function {
     pub fn path(&self) -> String {
         format!("/webhooks/{}", self.provider)
     }
+
+    /// Its sample events, `events/<provider>/*.json` of the project, in name order (none when
+    /// it has no folder there).
+    pub fn samples(&self) -> Vec<PathBuf> {
+        let dir = project_root().join("events").join(self.provider);
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        found.retain(|p| p.extension().is_some_and(|x| x == "json"));
+        found.sort();
+        found
+    }
 }
 
 /// The registry's table in a provider crate's manifest.

@@ -338,15 +338,7 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
     println!();
     // A sample of the first provider that has one, as this project keeps them.
     let project = functions::project_root();
-    let sample = registry.iter().find_map(|f| {
-        let mut files: Vec<_> = std::fs::read_dir(project.join("events").join(f.provider))
-            .ok()?
-            .filter_map(|e| Some(e.ok()?.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        files.sort();
-        files.into_iter().next()
-    });
+    let sample = registry.iter().find_map(|f| f.samples().into_iter().next());
     if let Some(sample) = sample {
         let shown = sample.strip_prefix(&project).unwrap_or(&sample).display();
         let run = if project == functions::workspace_root() {
