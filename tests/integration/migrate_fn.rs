@@ -277,14 +277,20 @@ async fn an_unreachable_response_url_fails_the_invocation_so_lambda_retries_it()
     assert_eq!(refused.requests().len(), 3, "retried");
 }
 
+/// The real migrate binary under a Runtime API with `env`; it runs until the child is dropped.
+async fn migrate_binary(env: &[(&str, &str)]) -> (RuntimeApi, tokio::process::Child) {
+    let api = RuntimeApi::start("migrate").await.expect("api");
+    let mut command = api.command(&binaries().await.join("migrate"), env);
+    command.stdout(std::process::Stdio::null());
+    let instance = command.spawn().expect("spawn migrate");
+    (api, instance)
+}
+
 #[tokio::test]
 async fn the_migrate_binary_answers_a_plain_invoke_and_a_custom_resource() {
     let db = TestDb::new().await;
     let url = empty_database(&db).await;
-    let api = RuntimeApi::start("migrate").await.expect("api");
-    let mut command = api.command(&binaries().await.join("migrate"), &[("DATABASE_URL", &url)]);
-    command.stdout(std::process::Stdio::null());
-    let _instance = command.spawn().expect("spawn migrate");
+    let (api, _instance) = migrate_binary(&[("DATABASE_URL", &url)]).await;
 
     let invoke = |event: Value| {
         let api = &api;
@@ -325,13 +331,8 @@ async fn the_migrate_binary_answers_a_plain_invoke_and_a_custom_resource() {
 /// The migrate binary, run once with `CLAIMONCE_PROVIDERS` set to `providers`, and what its
 /// plain invoke answered.
 async fn migrate_binary_with(url: &str, providers: &str) -> Outcome {
-    let api = RuntimeApi::start("migrate").await.expect("api");
-    let mut command = api.command(
-        &binaries().await.join("migrate"),
-        &[("DATABASE_URL", url), ("CLAIMONCE_PROVIDERS", providers)],
-    );
-    command.stdout(std::process::Stdio::null());
-    let _instance = command.spawn().expect("spawn migrate");
+    let (api, _instance) =
+        migrate_binary(&[("DATABASE_URL", url), ("CLAIMONCE_PROVIDERS", providers)]).await;
     api.invoke(json!({}).to_string(), Duration::from_secs(30))
         .await
         .expect("answered")
