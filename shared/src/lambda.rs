@@ -377,7 +377,7 @@ pub async fn run_from_env<P: Provider>(
     manifest: &'static str,
     build: fn(&str) -> Result<P, ConfigError>,
 ) -> Result<(), lambda_http::Error> {
-    let log = Log::stdout();
+    let log = Log::process();
     let built = async {
         let entry = crate::registry::Entry::from_manifest(manifest)?;
         let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;

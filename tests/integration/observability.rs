@@ -207,3 +207,39 @@ async fn a_login_whose_statement_timeout_bounds_nothing_is_named_at_cold_start()
         "{lines:?}"
     );
 }
+
+/// PostgreSQL's warnings reach the log: a statement the server answers with a `WARNING`
+/// notice (here `COMMIT` with no transaction open, SQLSTATE 25P01) is one line at WARN, in the
+/// common shape, with the severity, the code and the server's message; a plain `NOTICE` is
+/// not written.
+#[tokio::test]
+async fn a_postgres_warning_on_the_function_s_connection_is_a_line_of_its_log() {
+    let db = TestDb::new().await;
+    let (log, captured) = claimonce::log::Log::capture();
+    // The test process's forwarding, as a function's `main` installs it; the first call wins,
+    // so this is the one test here that installs it.
+    claimonce::log::forward_dependencies(&log);
+    let client = db.settings().connect().await.expect("connect");
+    client
+        .batch_execute("DROP TABLE IF EXISTS claimonce_no_such_table")
+        .await
+        .expect("a notice only");
+    client
+        .batch_execute("COMMIT")
+        .await
+        .expect("a warning only");
+    let lines: Vec<Value> = captured
+        .lock()
+        .expect("lines")
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .filter(|l: &Value| l["target"] == "postgres")
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_eq!(lines[0]["level"], "WARN");
+    assert_eq!(
+        lines[0]["message"],
+        "WARNING 25P01: there is no transaction in progress"
+    );
+    assert!(lines[0]["service"].is_string());
+}

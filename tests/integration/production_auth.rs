@@ -564,6 +564,7 @@ async fn stripe_reading_its_secret(
     db: &claimonce_tests::TestDb,
     arn: &str,
     endpoint: &str,
+    extra: &[(&str, &str)],
 ) -> (RuntimeApi, Child) {
     let f = function("stripe");
     let api = RuntimeApi::start(f.binary).await.expect("api");
@@ -584,6 +585,7 @@ async fn stripe_reading_its_secret(
     ];
     let instance = api
         .command(&binaries().await.join(f.binary), &env)
+        .envs(extra.iter().copied())
         .env_remove(f.secret_var)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -601,7 +603,7 @@ async fn the_signing_secret_is_read_from_secrets_manager_and_a_rotation_needs_no
     let f = function("stripe");
     let current = Arc::new(Mutex::new(f.dev_secret.to_owned()));
     let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
-    let (api, instance) = stripe_reading_its_secret(&db, WEBHOOK_ARN, &stub.url).await;
+    let (api, instance) = stripe_reading_its_secret(&db, WEBHOOK_ARN, &stub.url, &[]).await;
     assert_eq!(
         invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
         (200, "processed".into())
@@ -654,7 +656,7 @@ async fn a_signing_secret_rotated_in_secrets_manager_verifies_the_next_delivery_
         .await
         .expect("create the secret in moto");
     let arn = created.arn().expect("an ARN").to_owned();
-    let (api, instance) = stripe_reading_its_secret(&db, &arn, &moto.url).await;
+    let (api, instance) = stripe_reading_its_secret(&db, &arn, &moto.url, &[]).await;
     assert_eq!(
         invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
         (200, "processed".into())
@@ -722,4 +724,57 @@ async fn within_the_refresh_interval_a_mismatch_reads_nothing() {
         (400, "signature-mismatch".into())
     );
     assert_eq!(stub.requests().len(), 1, "only the first read");
+}
+
+/// What the AWS SDK reports reaches the function's log: aws-config's warning about a setting
+/// it cannot read (here `AWS_USE_FIPS_ENDPOINT`, which it then ignores) is one JSON line of the
+/// real binary's output, in the shape of every other line, while the delivery is served.
+#[tokio::test]
+async fn the_aws_sdk_s_warnings_are_lines_of_the_function_s_log() {
+    let db = claimonce_tests::TestDb::new().await;
+    let f = function("stripe");
+    let current = Arc::new(Mutex::new(f.dev_secret.to_owned()));
+    let stub = Recorder::rotating_secret(WEBHOOK_ARN, Arc::clone(&current)).await;
+    let (api, instance) = stripe_reading_its_secret(
+        &db,
+        WEBHOOK_ARN,
+        &stub.url,
+        &[("AWS_USE_FIPS_ENDPOINT", "perhaps")],
+    )
+    .await;
+    assert_eq!(
+        invoke_signed(&api, "stripe/invoice.paid.json", f.dev_secret).await,
+        (200, "processed".into())
+    );
+    instance_lines(instance, |lines| {
+        let warning = lines
+            .iter()
+            .find(|l| l["message"] == "invalid value for FIPS setting")
+            .unwrap_or_else(|| panic!("no SDK warning among {lines:#?}"));
+        assert_eq!(warning["level"], "WARN");
+        assert!(
+            warning["target"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("aws_config")),
+            "{warning}"
+        );
+        assert!(warning["fields"]["err"].is_string(), "{warning}");
+        assert_eq!(warning["service"], lines[0]["service"]);
+        assert_eq!(warning["cold_start"], true, "read at cold start: {warning}");
+        assert!(warning["timestamp"].is_string());
+    })
+    .await;
+}
+
+/// Stops `instance` and hands every line it printed on stdout, each parsed as JSON (a line
+/// that is not JSON fails the test), to `check`.
+async fn instance_lines(instance: Child, check: impl FnOnce(&[serde_json::Value])) {
+    let mut instance = instance;
+    instance.start_kill().expect("kill");
+    let output = instance.wait_with_output().await.expect("reaped");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not a JSON line: {l}")))
+        .collect();
+    check(&lines);
 }

@@ -617,7 +617,7 @@ pub async fn run_from_env_with(
     shared: &'static [Migration],
     carried: &[(&str, &'static [Migration])],
 ) -> Result<(), lambda_runtime::Error> {
-    let log = Log::stdout();
+    let log = Log::process();
     // A configuration error is still answered (FAILED) so a deploy never waits on us.
     let migrations = included(
         shared,

@@ -590,7 +590,7 @@ impl<D: Dispatch> Relay<D> {
 /// environment (a bad value is one logged line naming the variable), then one relay run per
 /// invocation, budgeted by the invocation's deadline.
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
-    let log = Log::stdout();
+    let log = Log::process();
     let built = async {
         let options = Options::from_env()?;
         let dispatch = sqs::Sqs::from_env().await?;

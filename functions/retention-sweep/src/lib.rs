@@ -413,7 +413,7 @@ impl Sweeper {
 /// is one logged line naming the variable, and the process ends before any invocation), then
 /// one sweep per invocation, budgeted by the invocation's deadline.
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
-    let log = Log::stdout();
+    let log = Log::process();
     let built = async {
         let policy = Policy::from_env()?;
         let settings = Settings::from_env().await?;

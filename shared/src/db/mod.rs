@@ -141,8 +141,20 @@ impl tokio::io::AsyncWrite for UntilClosed {
 
 /// Drives a connection's socket until it closes. Its outcome is seen by the client's next
 /// request (`Error::is_closed`), so it is not reported here.
-async fn drive<F: std::future::Future>(connection: F) {
-    let _ = connection.await;
+/// Drives a connection's socket until it closes, reporting what the server sends beside the
+/// answers: a notice at `WARNING` reaches the log ([`crate::log::notice`]). Awaiting the
+/// connection itself would do the same work but log every notice at INFO, below what a
+/// function writes.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+            crate::log::notice(&notice);
+        }
+    }
 }
 
 /// An open connection: the client, and the task that drives its socket. Dropping it aborts

@@ -17,6 +17,11 @@ use serde_json::Map;
 
 use crate::config::ConfigError;
 
+mod dependencies;
+
+pub use self::dependencies::forward as forward_dependencies;
+pub(crate) use self::dependencies::notice;
+
 type Sink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How serious a line is.
@@ -170,6 +175,15 @@ impl Log {
     /// Writes each line to stdout.
     pub fn stdout() -> Self {
         Self::with_sink(Arc::new(|line| println!("{line}")))
+    }
+
+    /// A function process's log: stdout, with the libraries' warnings and errors (the AWS
+    /// SDK's, tokio-postgres', rustls', PostgreSQL's) forwarded to it in the same line shape
+    /// ([`forward_dependencies`]).
+    pub fn process() -> Self {
+        let log = Self::stdout();
+        forward_dependencies(&log);
+        log
     }
 
     /// Builds every line and drops it: for benchmarks, which measure the work of logging but
