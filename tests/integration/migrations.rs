@@ -273,3 +273,141 @@ async fn the_committed_schema_is_what_the_migrations_make() {
     );
     assert!(now.contains("FUNCTION public.claimonce_claim_v1("), "{now}");
 }
+
+/// One `Effect::call("name", vec![Param::new(.., Type::X), ..])` in a crate's source: the
+/// function it names and the argument types, in order.
+fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>)> {
+    let mut calls = Vec::new();
+    for (at, _) in source.match_indices("Effect::call(") {
+        let rest = &source[at + "Effect::call(".len()..];
+        let name = rest
+            .trim_start()
+            .strip_prefix('"')
+            .and_then(|r| r.split_once('"'))
+            .map(|(name, _)| name.to_owned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "an Effect::call whose function is not a literal: {}",
+                    &rest[..80.min(rest.len())]
+                )
+            });
+        let args = rest
+            .split_once("vec![")
+            .and_then(|(_, r)| r.split_once(']'))
+            .map(|(args, _)| args)
+            .unwrap_or_else(|| panic!("{name}: arguments not a vec![..] literal"));
+        let types = args
+            .split("Type::")
+            .skip(1)
+            .map(|t| {
+                t.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        calls.push((name, types));
+    }
+    calls
+}
+
+fn postgres_type(name: &str) -> claimonce::Type {
+    use claimonce::Type;
+    match name {
+        "TEXT" => Type::TEXT,
+        "INT2" => Type::INT2,
+        "INT4" => Type::INT4,
+        "INT8" => Type::INT8,
+        "BOOL" => Type::BOOL,
+        "BYTEA" => Type::BYTEA,
+        "JSONB" => Type::JSONB,
+        "TIMESTAMPTZ" => Type::TIMESTAMPTZ,
+        "TEXT_ARRAY" => Type::TEXT_ARRAY,
+        "INT8_ARRAY" => Type::INT8_ARRAY,
+        other => panic!("Type::{other}: add it to this test's table"),
+    }
+}
+
+/// Every effect call in the code names a function that the migrations create, with argument
+/// types it takes: each `Effect::call` in the source of every crate under `functions/` and of
+/// the shared crate, and the forward effect, is prepared as the delivery statement the
+/// pipeline sends (`pipeline::statement`, the claim's four arguments first) on a database
+/// migrated to the latest version. A call that no sample reaches is checked too; a renamed or
+/// retyped function, a dropped `_vN` that code still names, or a call this test cannot read
+/// fails it.
+#[tokio::test]
+async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let root = claimonce_local::functions::workspace_root();
+    let mut pending: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("functions"))
+        .expect("functions/")
+        .map(|e| e.expect("entry").path().join("src"))
+        .collect();
+    pending.push(root.join("shared").join("src"));
+    let mut checked = Vec::new();
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            pending.extend(
+                std::fs::read_dir(&path)
+                    .expect("dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("source");
+        for (name, types) in effect_calls_in(&source) {
+            let params = types
+                .iter()
+                .map(|t| claimonce::Param::new(None::<String>, postgres_type(t)))
+                .collect();
+            let function: &'static str = Box::leak(name.clone().into_boxed_str());
+            let effect = claimonce::Effect::call(function, params);
+            let declared = types.iter().map(|t| postgres_type(t)).collect();
+            prepare(&client, &effect, declared)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{}: {name}({}): {e}", path.display(), types.join(", "))
+                });
+            checked.push(name);
+        }
+    }
+    let forward = claimonce::Effect::forward(
+        "topic".into(),
+        claimonce::Forwardable::new(b"{}").expect("a JSON body"),
+    );
+    prepare(&client, &forward, vec![claimonce::Type::TEXT; 4])
+        .await
+        .expect("the forward effect");
+    checked.sort();
+    checked.dedup();
+    // Stripe's three, Resend's, GitHub's and Shopify's: fewer means the scan stopped reading.
+    assert!(checked.len() >= 6, "only {checked:?} found");
+}
+
+/// Prepares the delivery statement for `effect`, the claim's types then `declared`: PostgreSQL
+/// resolves the function by its name and these argument types.
+async fn prepare(
+    client: &tokio_postgres::Client,
+    effect: &claimonce::Effect,
+    declared: Vec<claimonce::Type>,
+) -> Result<(), String> {
+    let mut types = vec![
+        claimonce::Type::TEXT,
+        claimonce::Type::TEXT,
+        claimonce::Type::TEXT,
+        claimonce::Type::BYTEA,
+    ];
+    types.extend(declared);
+    client
+        .prepare_typed(&claimonce::pipeline::statement(Some(effect)), &types)
+        .await
+        .map(drop)
+        .map_err(|e| match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        })
+}
