@@ -4,8 +4,9 @@
 //!
 //! Every metric is published once, by the line's own dimensions (which the template's alarms
 //! and dashboard name). Powertools adds a `service` dimension set to each metric as well, which
-//! doubles the custom metrics CloudWatch bills; the line still carries `service` as a member,
-//! for Logs Insights.
+//! doubles the custom metrics CloudWatch bills; here that is opt-in
+//! (`CLAIMONCE_METRICS_SERVICE_DIMENSION=true`, for dashboards built on Powertools' shape).
+//! The line carries `service` as a member either way, for Logs Insights.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -55,15 +56,29 @@ struct Set<'a, D: Serialize> {
     metrics: D,
 }
 
-/// The one dimension set: the line's own. Written straight from the names, with nothing
-/// allocated.
+/// The dimension sets: the line's own, and `service` alone when
+/// `CLAIMONCE_METRICS_SERVICE_DIMENSION` is `true`. Written straight from the names, with
+/// nothing allocated.
 #[derive(Debug)]
 struct Dimensions<'a>(&'a [&'a str]);
 
 impl Serialize for Dimensions<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        [self.0].serialize(serializer)
+        if service_set() {
+            [self.0, &["service"]].serialize(serializer)
+        } else {
+            [self.0].serialize(serializer)
+        }
     }
+}
+
+/// True when the process publishes every metric by `service` too, read once.
+fn service_set() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        crate::config::optional("CLAIMONCE_METRICS_SERVICE_DIMENSION")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    })
 }
 
 impl<'a, D: Serialize> Directive<'a, D> {

@@ -243,3 +243,32 @@ async fn a_postgres_warning_on_the_function_s_connection_is_a_line_of_its_log() 
     );
     assert!(lines[0]["service"].is_string());
 }
+
+/// EMF publishes each metric by one dimension set, the line's own, unless the Powertools
+/// `service` set is asked for: the real binary's delivery line, by default and with
+/// `CLAIMONCE_METRICS_SERVICE_DIMENSION=true`.
+#[tokio::test]
+async fn metrics_have_one_dimension_set_and_the_service_set_is_opt_in() {
+    let db = TestDb::new().await;
+    let sets = |lines: Vec<Value>| {
+        lines
+            .into_iter()
+            .find(|l| l["message"] == "delivery")
+            .map(|l| l["_aws"]["CloudWatchMetrics"][0]["Dimensions"].clone())
+            .expect("a delivery line")
+    };
+    let plain = sets(lines_of(&db, &[], &[signed("stripe/invoice.paid.json")]).await);
+    assert_eq!(plain, serde_json::json!([["Provider", "Disposition"]]));
+    let with_service = sets(
+        lines_of(
+            &db,
+            &[("CLAIMONCE_METRICS_SERVICE_DIMENSION", "true")],
+            &[signed("stripe/invoice.paid.json")],
+        )
+        .await,
+    );
+    assert_eq!(
+        with_service,
+        serde_json::json!([["Provider", "Disposition"], ["service"]])
+    );
+}
