@@ -338,6 +338,7 @@ fn postgres_type(name: &str) -> claimonce::Type {
 #[tokio::test]
 async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() {
     let db = TestDb::new().await;
+    db.direct_because("it prepares statements to check names and types; it delivers nothing");
     let client = db.client().await;
     let root = claimonce_local::functions::workspace_root();
     let mut pending: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("functions"))
