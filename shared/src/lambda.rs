@@ -57,6 +57,19 @@ struct Event<'a> {
     body: Option<Cow<'a, str>>,
     #[serde(rename = "isBase64Encoded", default)]
     is_base64_encoded: Option<bool>,
+    /// An SQS event's records: the provider's spill queue, drained ([`crate::spill`]). An API
+    /// Gateway event has none.
+    #[serde(rename = "Records", default)]
+    records: Option<Vec<crate::spill::Record>>,
+}
+
+/// What an invocation was: a request through API Gateway, or a batch from the spill queue.
+// Made once per invocation and matched at once: boxing the request would add an allocation
+// to every delivery.
+#[allow(clippy::large_enum_variant)]
+enum Incoming {
+    Http(Format, Request),
+    Spilled(Vec<crate::spill::Record>),
 }
 
 #[derive(Deserialize)]
@@ -178,7 +191,7 @@ enum Format {
 /// nothing else. `lambda_http`'s own conversion also builds a URI from the path, host and
 /// query and panics when it cannot (an empty host, a bad port, a quote in the query), and it
 /// panics on a body flagged base64 that is not; any of those is a 400 here.
-fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
+fn read(event: &str) -> Result<Incoming, (Format, Rejection)> {
     let unreadable = |format, detail| (format, Rejection::new(Problem::UnreadableBody, detail));
     let not_an_event = |format| unreadable(format, "the event is not an API Gateway event");
     // A 2.0 event that cannot be read is still answered in 2.0's format when its version can
@@ -192,6 +205,9 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
         let probe = serde_json::from_str::<Probe<'_>>(event).ok();
         not_an_event(format_of(probe.and_then(|p| p.version).as_deref()))
     })?;
+    if let Some(records) = event.records {
+        return Ok(Incoming::Spilled(records));
+    }
     let format = format_of(event.version.as_deref());
     let (context_method, request_id) = match event.request_context {
         Some(c) => (c.http.map(|h| h.method), c.request_id),
@@ -229,7 +245,7 @@ fn read(event: &str) -> Result<(Format, Request), (Format, Rejection)> {
             .extensions_mut()
             .insert(ApiRequestId(id.into_owned()));
     }
-    Ok((format, request))
+    Ok(Incoming::Http(format, request))
 }
 
 fn format_of(version: Option<&str>) -> Format {
@@ -308,13 +324,49 @@ impl Serialize for Payload {
 impl<P: Provider> Receiver<P> {
     /// Handles one raw API Gateway event and returns the response payload for it.
     pub async fn handle_event(&self, event: &str) -> Payload {
-        let started = Instant::now();
-        let (format, response) = match read(event) {
-            Ok((format, request)) => (format, self.handle(request).await),
-            Err((format, rejection)) => (format, self.refuse(started, rejection)),
-        };
-        Payload { format, response }
+        match self.handle_invocation(event).await {
+            Answer::Http(payload) => payload,
+            // An SQS event sent to the HTTP path: not an API Gateway event.
+            Answer::Batch(_) => Payload {
+                format: Format::V1,
+                response: self.refuse(
+                    Instant::now(),
+                    Rejection::new(
+                        Problem::UnreadableBody,
+                        "the event is not an API Gateway event",
+                    ),
+                ),
+            },
+        }
     }
+
+    /// Handles one invocation of the function: an API Gateway event is answered with its
+    /// response payload; an SQS event (the provider's spill queue) is drained and answered
+    /// with the messages to receive again.
+    pub async fn handle_invocation(&self, event: &str) -> Answer {
+        let started = Instant::now();
+        match read(event) {
+            Ok(Incoming::Http(format, request)) => Answer::Http(Payload {
+                format,
+                response: self.handle(request).await,
+            }),
+            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
+            Err((format, rejection)) => Answer::Http(Payload {
+                format,
+                response: self.refuse(started, rejection),
+            }),
+        }
+    }
+}
+
+/// The answer to one invocation.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// An API Gateway response payload.
+    Http(Payload),
+    /// A partial batch response to an SQS event.
+    Batch(crate::spill::BatchResponse),
 }
 
 /// Runs a receiver as a Lambda function: connect at cold start, then answer every
@@ -344,7 +396,7 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
                     event.context.deadline.saturating_sub(now_ms),
                 ));
             }
-            let payload = receiver.handle_event(event.payload.get()).await;
+            let payload = receiver.handle_invocation(event.payload.get()).await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)
         },
@@ -391,11 +443,16 @@ pub async fn run_from_env<P: Provider>(
                 entry.provider
             )));
         }
-        let limits = Limits::from_env()?;
+        let spill = crate::spill::Spill::from_env()?;
+        let limits = match spill {
+            Some(_) => Limits::from_env_with_spill()?,
+            None => Limits::from_env()?,
+        };
         let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(
             Receiver::new(provider, Database::new(settings), limits, log.clone())
-                .with_secret_refresh(secrets, build, interval),
+                .with_secret_refresh(secrets, build, interval)
+                .with_spill(spill),
         )
     }
     .await;

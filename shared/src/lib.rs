@@ -138,6 +138,7 @@ mod response;
 #[doc(hidden)]
 pub mod scheduled;
 pub mod secrets;
+pub mod spill;
 pub mod timestamp;
 pub mod verify;
 

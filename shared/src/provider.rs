@@ -90,18 +90,44 @@ impl<'a> Signed<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Unsigned<'a> {
     headers: &'a HeaderMap,
+    /// Where the receiver notes each header the parser read and found, so that a spilled
+    /// delivery carries exactly those ([`crate::spill`]).
+    read: Option<&'a std::cell::RefCell<Vec<(String, String)>>>,
 }
 
 impl<'a> Unsigned<'a> {
     /// The request's headers.
     pub fn new(headers: &'a HeaderMap) -> Self {
-        Self { headers }
+        Self {
+            headers,
+            read: None,
+        }
+    }
+
+    /// The request's headers, noting in `read` each one the parser reads and finds.
+    pub(crate) fn noting(
+        headers: &'a HeaderMap,
+        read: &'a std::cell::RefCell<Vec<(String, String)>>,
+    ) -> Self {
+        Self {
+            headers,
+            read: Some(read),
+        }
     }
 
     /// The one value of header `name` (lower case), trimmed; `None` when absent. A header
     /// that appears more than once, is not ASCII or is longer than the schemes' limit is a
     /// 400, through the same check the signature headers pass.
     pub fn header(&self, name: &str) -> Result<Option<&'a str>, Rejection> {
+        let found = self.lookup(name)?;
+        if let (Some(read), Some(value)) = (self.read, found) {
+            read.borrow_mut()
+                .push((name.to_ascii_lowercase(), value.to_owned()));
+        }
+        Ok(found)
+    }
+
+    fn lookup(&self, name: &str) -> Result<Option<&'a str>, Rejection> {
         one_header(self.headers, name).map_err(|fault| {
             Rejection::new(
                 Problem::InvalidPayload,

@@ -37,6 +37,24 @@ impl Limits {
             max_body_bytes: usize::try_from(max).unwrap_or(usize::MAX),
         })
     }
+
+    /// From the environment, for a receiver with a spill queue: every body it accepts must be
+    /// one it can spill, so `MAX_BODY_BYTES` defaults to [`crate::spill::SPILL_BODY_LIMIT`]
+    /// and may not exceed it.
+    pub fn from_env_with_spill() -> Result<Self, ConfigError> {
+        let limit = crate::spill::SPILL_BODY_LIMIT;
+        let max = config::number("MAX_BODY_BYTES", limit as u64)?;
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        if max > limit {
+            return Err(ConfigError::new(format!(
+                "MAX_BODY_BYTES is {max}, over the {limit} bytes a delivery can be spilled with \
+                 (SPILL_QUEUE_URL is set): lower it, or unset it for that limit"
+            )));
+        }
+        Ok(Self {
+            max_body_bytes: max,
+        })
+    }
 }
 
 impl Default for Limits {
@@ -62,6 +80,8 @@ pub struct Receiver<P> {
     log: Log,
     /// The login's statement bound, as read at cold start.
     statement_bound: std::sync::OnceLock<crate::db::StatementBound>,
+    /// Where a verified delivery goes when the database cannot take it ([`crate::spill`]).
+    spill: Option<crate::spill::Spill>,
 }
 
 struct Delivery {
@@ -135,7 +155,15 @@ impl<P: Provider> Receiver<P> {
             limits,
             log,
             statement_bound: std::sync::OnceLock::new(),
+            spill: None,
         }
+    }
+
+    /// Keeps a verified delivery on `spill` when the database cannot take it, and answers
+    /// 200 `queued` ([`crate::spill`]); without one such a delivery is answered 500.
+    pub fn with_spill(mut self, spill: Option<crate::spill::Spill>) -> Self {
+        self.spill = spill;
+        self
     }
 
     /// Reads the signing secrets from `secrets` again, with `build`, when a delivery's
@@ -385,21 +413,21 @@ impl<P: Provider> Receiver<P> {
         let provider = self.provider();
         let verified = provider.verifier().verify(request.headers(), body, now)?;
         let payload_sha256: [u8; 32] = Sha256::digest(body).into();
+        let read = std::cell::RefCell::new(Vec::new());
         let parsed = provider.parse(
             &Signed::new(body, &payload_sha256, &verified),
-            &Unsigned::new(request.headers()),
+            &Unsigned::noting(request.headers(), &read),
         )?;
         Ok(Admitted {
             parsed,
             payload_sha256,
+            message_id: verified.message_id,
+            read_headers: read.into_inner(),
         })
     }
 
     async fn deliver(&self, request: &Request) -> Delivery {
-        let Admitted {
-            parsed,
-            payload_sha256,
-        } = match self.admit(request, unix_now()) {
+        let admitted = match self.admit(request, unix_now()) {
             Ok(admitted) => admitted,
             // A rotation may have begun: read the secrets again (rate-limited) and look once more.
             Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
@@ -410,6 +438,50 @@ impl<P: Provider> Receiver<P> {
             }
             Err(r) => return Delivery::rejected(r),
         };
+        let (disposition, error) =
+            match self.settle(&admitted.parsed, admitted.payload_sha256).await {
+                Ok(disposition) => (disposition, None),
+                Err(e) => match (&self.spill, e.unavailable()) {
+                    (Some(spill), Some(reason)) => {
+                        let spilled = crate::spill::Spilled {
+                            provider: self.name,
+                            event_id: admitted.parsed.event_id.as_str(),
+                            body: request.body(),
+                            message_id: admitted.message_id.as_ref().map(EventId::as_str),
+                            headers: &admitted.read_headers,
+                            received_at: unix_now(),
+                        };
+                        match spill.put(&spilled).await {
+                            Ok(()) => (
+                                Disposition::Queued,
+                                Some(format!("{}; queued ({reason})", e.summary())),
+                            ),
+                            Err(why) => (
+                                Disposition::Error,
+                                Some(format!("{}; not queued: {why}", e.summary())),
+                            ),
+                        }
+                    }
+                    _ => (Disposition::Error, Some(e.summary())),
+                },
+            };
+        let parsed = admitted.parsed;
+        Delivery {
+            event_id: Some(parsed.event_id),
+            event_type: Some(parsed.event_type),
+            delivery_id: parsed.delivery_id,
+            disposition,
+            error,
+        }
+    }
+
+    /// The claim and the effect of a parsed event, on the database: processed, ignored or
+    /// duplicate, or why it failed. What a webhook and a drained message share.
+    async fn settle(
+        &self,
+        parsed: &Parsed<P::Event>,
+        payload_sha256: [u8; 32],
+    ) -> Result<Disposition, crate::db::DeliveryError> {
         let claim = Claim {
             provider: self.name,
             event_id: parsed.event_id.as_str(),
@@ -417,17 +489,17 @@ impl<P: Provider> Receiver<P> {
             payload_sha256,
         };
         let provider = self.provider();
-        let effect = provider.effect(&parsed);
+        let effect = provider.effect(parsed);
         let apply = Applier {
             provider: &*provider,
-            parsed: &parsed,
+            parsed,
         };
         let outcome = self.database.deliver(&claim, effect.as_ref(), &apply).await;
         self.report_reconnects(&parsed.event_id);
-        let (disposition, error) = match outcome {
-            Ok(Finished::Processed) => (Disposition::Processed, None),
-            Ok(Finished::Ignored) => (Disposition::Ignored, None),
-            Ok(Finished::Duplicate { stored_sha256 }) => {
+        match outcome? {
+            Finished::Processed => Ok(Disposition::Processed),
+            Finished::Ignored => Ok(Disposition::Ignored),
+            Finished::Duplicate { stored_sha256 } => {
                 if stored_sha256.is_some_and(|h| h.as_slice() != claim.payload_sha256.as_slice()) {
                     let mut fields = Map::new();
                     fields.insert("provider".into(), claim.provider.into());
@@ -438,17 +510,106 @@ impl<P: Provider> Receiver<P> {
                         fields,
                     );
                 }
-                (Disposition::Duplicate, None)
+                Ok(Disposition::Duplicate)
             }
-            Err(e) => (Disposition::Error, Some(e.summary())),
-        };
-        Delivery {
-            event_id: Some(parsed.event_id),
-            event_type: Some(parsed.event_type),
-            delivery_id: parsed.delivery_id,
-            disposition,
-            error,
         }
+    }
+
+    /// Applies a batch of spilled deliveries (an SQS event from the provider's spill queue),
+    /// one after another on this environment's connection, each through the same claim and
+    /// effect as a webhook; returns the ones to receive again. A message that cannot be read,
+    /// belongs to another provider or no longer parses fails every time, and so reaches the
+    /// dead-letter queue after the queue's stated receives; one the database could not take
+    /// comes back after its visibility timeout. One log line per message (`drained`), with the
+    /// `Drained` metric by provider and disposition.
+    pub(crate) async fn drain(
+        &self,
+        records: &[crate::spill::Record],
+    ) -> crate::spill::BatchResponse {
+        let mut response = crate::spill::BatchResponse::default();
+        for record in records {
+            let started = Instant::now();
+            let mut fields = Map::new();
+            let (disposition, error) = match self.restore(record) {
+                Err(why) => (Disposition::Error, Some(why)),
+                Ok(Restored {
+                    parsed,
+                    payload_sha256: sha,
+                    received_at,
+                }) => {
+                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
+                    fields.insert(
+                        "queued_seconds".into(),
+                        unix_now().saturating_sub(received_at).into(),
+                    );
+                    match self.settle(&parsed, sha).await {
+                        Ok(disposition) => (disposition, None),
+                        Err(e) => (Disposition::Error, Some(e.summary())),
+                    }
+                }
+            };
+            if disposition == Disposition::Error {
+                response.fail(&record.message_id);
+            }
+            let name = disposition.name();
+            fields.insert("provider".into(), self.name.into());
+            fields.insert("sqs_message_id".into(), record.message_id.as_str().into());
+            fields.insert("disposition".into(), name.into());
+            fields.insert("receive_count".into(), record.receive_count().into());
+            if let Some(error) = error {
+                fields.insert("error".into(), error.into());
+            }
+            let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+            fields.insert("latency_ms".into(), latency_ms.into());
+            let metric = metrics::Metric {
+                name: "Drained",
+                unit: "Count",
+                value: 1.0,
+            };
+            metrics::embed(
+                &mut fields,
+                &[("Provider", self.name), ("Disposition", name)],
+                &[metric],
+            );
+            let level = if disposition == Disposition::Error {
+                Level::Error
+            } else {
+                Level::Info
+            };
+            self.log.write(level, "drained", fields);
+        }
+        response
+    }
+
+    /// A spilled message, parsed again as its webhook was: the same bytes and the headers the
+    /// parser read then. Its signature was checked when it arrived; see [`crate::spill`].
+    fn restore(&self, record: &crate::spill::Record) -> Result<Restored<P::Event>, String> {
+        let restored = record.restore().map_err(str::to_owned)?;
+        if restored.provider != self.name {
+            return Err(format!(
+                "a message for provider {:?} on {:?}'s queue",
+                restored.provider, self.name
+            ));
+        }
+        let message_id = restored
+            .message_id
+            .map(EventId::new)
+            .transpose()
+            .map_err(|r| r.detail.to_owned())?;
+        let verified = crate::verify::Verified { message_id };
+        let sha: [u8; 32] = Sha256::digest(&restored.body).into();
+        let provider = self.provider();
+        let parsed = provider
+            .parse(
+                &Signed::new(&restored.body, &sha, &verified),
+                &Unsigned::new(&restored.headers),
+            )
+            .map_err(|r| format!("the spilled delivery no longer parses: {}", r.detail))?;
+        Ok(Restored {
+            parsed,
+            payload_sha256: sha,
+            received_at: restored.received_at,
+        })
     }
 }
 
@@ -459,6 +620,17 @@ pub struct Admitted<E> {
     pub parsed: Parsed<E>,
     /// SHA-256 of the raw body, stored with the claim.
     pub payload_sha256: [u8; 32],
+    /// The message id the signature covered, if the scheme signs one.
+    message_id: Option<EventId>,
+    /// The unsigned headers the parser read and found.
+    read_headers: Vec<(String, String)>,
+}
+
+/// A spilled delivery parsed again: the event, its body's hash and when it first arrived.
+struct Restored<E> {
+    parsed: Parsed<E>,
+    payload_sha256: [u8; 32],
+    received_at: u64,
 }
 
 /// One delivery's Rust effect: the provider's [`Provider::apply`] for its event.

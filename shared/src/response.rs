@@ -99,6 +99,10 @@ pub enum Disposition {
     Rejected(Rejection),
     /// A failure on our side; the transaction rolled back and the sender will retry.
     Error,
+    /// The database could not take it; the verified delivery is on the provider's spill
+    /// queue, to be applied through the same claim when the database is back
+    /// ([`crate::spill`]).
+    Queued,
 }
 
 impl Disposition {
@@ -110,15 +114,17 @@ impl Disposition {
             Disposition::Ignored => "ignored",
             Disposition::Rejected(_) => "rejected",
             Disposition::Error => "error",
+            Disposition::Queued => "queued",
         }
     }
 
     /// The HTTP status for this disposition.
     pub fn status(&self) -> StatusCode {
         match self {
-            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => {
-                StatusCode::OK
-            }
+            Disposition::Processed
+            | Disposition::Duplicate
+            | Disposition::Ignored
+            | Disposition::Queued => StatusCode::OK,
             Disposition::Rejected(r) => r.problem.status(),
             Disposition::Error => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -128,7 +134,10 @@ impl Disposition {
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let (content_type, body) = match &self {
-            Disposition::Processed | Disposition::Duplicate | Disposition::Ignored => (
+            Disposition::Processed
+            | Disposition::Duplicate
+            | Disposition::Ignored
+            | Disposition::Queued => (
                 "application/json",
                 format!("{{\"disposition\":\"{}\"}}", self.name()),
             ),

@@ -84,6 +84,48 @@ impl DeliveryError {
     }
 }
 
+impl DeliveryError {
+    /// Why the database could not take the delivery, when that is the reason it failed: the
+    /// cases in which a receiver with a spill queue keeps the delivery there instead of
+    /// answering 500. `None` for a failure of the delivery itself (a constraint, an effect's
+    /// error, a refused login or certificate), which stays a 500.
+    ///
+    /// | name | what | how it shows |
+    /// | --- | --- | --- |
+    /// | `connect-timeout` | nothing answered the connect in time | [`ConnectError::TimedOut`] |
+    /// | `connect-failed` | refused, reset, unreachable, name not found | an I/O error while connecting |
+    /// | `too-many-connections` | the server or proxy has no connection to give | SQLSTATE 53300 |
+    /// | `server-unavailable` | the server is starting, shutting down or in recovery | SQLSTATE 57P01, 57P02, 57P03 |
+    /// | `connection-lost` | the connection closed or failed under the statement | SQLSTATE class 08, a closed connection, an I/O error |
+    /// | `statement-timeout` | the server's `statement_timeout` ended the statement | SQLSTATE 57014 |
+    /// | `deadline` | `DB_DELIVERY_TIMEOUT_MS` passed before or after the statement was sent | [`DeliveryError::TimedOut`] |
+    pub fn unavailable(&self) -> Option<&'static str> {
+        let by_code = |code: &str| match code {
+            "53300" => Some("too-many-connections"),
+            "57P01" | "57P02" | "57P03" => Some("server-unavailable"),
+            "57014" => Some("statement-timeout"),
+            c if c.starts_with("08") => Some("connection-lost"),
+            _ => None,
+        };
+        match self {
+            DeliveryError::TimedOut => Some("deadline"),
+            DeliveryError::Connect(ConnectError::TimedOut) => Some("connect-timeout"),
+            DeliveryError::Connect(ConnectError::Failed(e)) => match e.as_db_error() {
+                Some(db) => by_code(db.code().code()),
+                None if io_error(e) || e.is_closed() => Some("connect-failed"),
+                None => None,
+            },
+            DeliveryError::Connect(ConnectError::Credentials(_)) => None,
+            DeliveryError::Failed(e) => match e.as_db_error() {
+                Some(db) => by_code(db.code().code()),
+                None if e.is_closed() || io_error(e) => Some("connection-lost"),
+                None => None,
+            },
+            DeliveryError::Effect(_) => None,
+        }
+    }
+}
+
 /// A failed statement, for logs: the SQLSTATE and constraint name (never the server's
 /// message, which can quote values), or what went wrong on the socket.
 pub(crate) fn statement_summary(e: &tokio_postgres::Error) -> String {

@@ -1,0 +1,395 @@
+//! No verified delivery lost while the database is down: the spill queue.
+//!
+//! When a delivery has been verified and parsed but the database cannot take it (the cases
+//! [`DeliveryError::unavailable`](crate::db::DeliveryError::unavailable) names), the receiver
+//! puts what it verified on its provider's SQS queue (`SPILL_QUEUE_URL`) and answers 200
+//! `queued`; if the queue cannot take it either, the answer stays 500. The same function
+//! drains that queue: an SQS event (the event source mapping beside its HTTP route) is a batch
+//! of spilled deliveries, each applied through the same claim and effect as a webhook, and
+//! each one that fails is reported back (`batchItemFailures`) to be received again, and after
+//! the queue's stated number of receives to land in its dead-letter queue.
+//!
+//! A message is the signed body as the SQS message body (base64 when it holds a character SQS
+//! refuses), and in attributes: the provider, when it arrived, the message id the signature
+//! covered (Standard Webhooks' `webhook-id`), and the unsigned headers the provider's parser
+//! read, by name. The drain rebuilds exactly what the parser saw and parses again: the same
+//! bytes and the same headers give the same event, id and effect. The signature is not
+//! checked again (a Stripe signature is valid for 300 s; the drain may run hours later): what
+//! makes a message trustworthy is who can write to the queue (ARCHITECTURE.md, "The spill
+//! queue").
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{self, ConfigError};
+use crate::pipeline::SQS_MESSAGE_LIMIT;
+
+/// What a spilled message's attributes may take beside its body: the seven attributes' names
+/// and types, the provider and event id (255 bytes each at most), the message id (255) and
+/// the unsigned headers the parser read (a few short ones for every provider here; each is at
+/// most [`crate::verify::MAX_HEADER_LEN`]). A delivery whose message would not fit is not
+/// spilled (500, as without a queue).
+pub const SPILL_ATTRIBUTE_ROOM: usize = 8192;
+
+/// The largest body a receiver with a spill queue accepts: one that can always be spilled
+/// as text. This is the one place the limit is stated; `MAX_BODY_BYTES` may not exceed it when
+/// `SPILL_QUEUE_URL` is set, and is this by default.
+pub const SPILL_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - SPILL_ATTRIBUTE_ROOM;
+
+/// The attribute names, one place.
+const PROVIDER: &str = "claimonce-provider";
+const EVENT_ID: &str = "claimonce-event-id";
+const RECEIVED_AT: &str = "claimonce-received-at";
+const MESSAGE_ID: &str = "claimonce-message-id";
+const HEADERS: &str = "claimonce-headers";
+const ENCODING: &str = "claimonce-body-encoding";
+const VERSION: &str = "claimonce-spill";
+
+/// A receiver's spill queue: its URL, a bound on each send, and the SQS client, made at the
+/// first spill (a delivery that never spills pays nothing for it, cold start included).
+#[derive(Debug)]
+pub struct Spill {
+    queue_url: String,
+    timeout: Duration,
+    client: tokio::sync::OnceCell<aws_sdk_sqs::Client>,
+}
+
+impl Spill {
+    /// From `SPILL_QUEUE_URL` (unset: no spill queue, a database outage is answered 500 as
+    /// before) and `SPILL_TIMEOUT_MS` (default 3000: the bound on putting one delivery on the
+    /// queue, within the function's timeout after the database's 6.1 s; template.yaml).
+    pub fn from_env() -> Result<Option<Self>, ConfigError> {
+        let Some(queue_url) = config::optional("SPILL_QUEUE_URL") else {
+            return Ok(None);
+        };
+        let ms = config::number("SPILL_TIMEOUT_MS", 3000)?;
+        if ms == 0 {
+            return Err(ConfigError::new(
+                "SPILL_TIMEOUT_MS must be greater than 0".into(),
+            ));
+        }
+        Ok(Some(Self::new(&queue_url, Duration::from_millis(ms))))
+    }
+
+    /// A spill queue at `queue_url`, each send bounded by `timeout`. The AWS configuration
+    /// is the process's (`AWS_ENDPOINT_URL_SQS` redirects it, to a VPC endpoint or a test).
+    pub fn new(queue_url: &str, timeout: Duration) -> Self {
+        Self {
+            queue_url: queue_url.to_owned(),
+            timeout,
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Puts `delivery` on the queue within the timeout. The error names what failed (the
+    /// SDK's operation and error code, a timeout, a size), never the body.
+    pub(crate) async fn put(&self, delivery: &Spilled<'_>) -> Result<(), String> {
+        let (body, base64) = message_body(delivery.body);
+        let attributes = delivery.attributes(base64)?;
+        let size = body.len()
+            + attributes
+                .iter()
+                .map(|(name, value, kind)| name.len() + value.len() + kind.len())
+                .sum::<usize>();
+        if size > SQS_MESSAGE_LIMIT {
+            return Err(format!(
+                "the message would be {size} bytes, over SQS's {SQS_MESSAGE_LIMIT}"
+            ));
+        }
+        let send = async {
+            let client = self
+                .client
+                .get_or_init(|| async {
+                    aws_sdk_sqs::Client::new(&crate::auth::aws_config().load().await)
+                })
+                .await;
+            let mut request = client
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(body);
+            for (name, value, kind) in attributes {
+                let value = aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type(kind)
+                    .string_value(value)
+                    .build()
+                    .map_err(|_| "could not build a message attribute".to_owned())?;
+                request = request.message_attributes(name, value);
+            }
+            request.send().await.map(drop).map_err(|e| {
+                format!(
+                    "SQS SendMessage: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                )
+            })
+        };
+        tokio::time::timeout(self.timeout, send)
+            .await
+            .unwrap_or_else(|_| Err("SQS SendMessage timed out".into()))
+    }
+}
+
+/// What a spilled message holds: everything the provider's parser saw.
+#[derive(Debug)]
+pub(crate) struct Spilled<'a> {
+    pub(crate) provider: &'a str,
+    pub(crate) event_id: &'a str,
+    pub(crate) body: &'a [u8],
+    pub(crate) message_id: Option<&'a str>,
+    /// The unsigned headers the parser read, with their values (absent ones are not listed).
+    pub(crate) headers: &'a [(String, String)],
+    pub(crate) received_at: u64,
+}
+
+impl Spilled<'_> {
+    /// The message attributes: (name, value, SQS data type).
+    fn attributes(
+        &self,
+        base64: bool,
+    ) -> Result<Vec<(&'static str, String, &'static str)>, String> {
+        let mut attributes = vec![
+            (VERSION, "1".to_owned(), "Number"),
+            (PROVIDER, self.provider.to_owned(), "String"),
+            (EVENT_ID, self.event_id.to_owned(), "String"),
+            (RECEIVED_AT, self.received_at.to_string(), "Number"),
+        ];
+        if let Some(id) = self.message_id {
+            attributes.push((MESSAGE_ID, id.to_owned(), "String"));
+        }
+        if !self.headers.is_empty() {
+            let headers: std::collections::BTreeMap<&str, &str> = self
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            let json = serde_json::to_string(&headers)
+                .map_err(|_| "could not write the headers".to_owned())?;
+            attributes.push((HEADERS, json, "String"));
+        }
+        if base64 {
+            attributes.push((ENCODING, "base64".to_owned(), "String"));
+        }
+        Ok(attributes)
+    }
+}
+
+/// The SQS message body for `body`: the text itself when SQS takes every character of it
+/// (#x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD, #x10000 and up), base64 otherwise.
+fn message_body(body: &[u8]) -> (String, bool) {
+    let allowed = |c: char| {
+        matches!(c, '\t' | '\n' | '\r')
+            || ('\u{20}'..='\u{D7FF}').contains(&c)
+            || ('\u{E000}'..='\u{FFFD}').contains(&c)
+            || c >= '\u{10000}'
+    };
+    match std::str::from_utf8(body) {
+        Ok(text) if text.chars().all(allowed) => (text.to_owned(), false),
+        _ => (STANDARD.encode(body), true),
+    }
+}
+
+/// One record of an SQS event, as Lambda's event source mapping hands it over: the parts the
+/// drain reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Record {
+    #[serde(rename = "messageId")]
+    pub(crate) message_id: String,
+    #[serde(default)]
+    body: String,
+    #[serde(rename = "messageAttributes", default)]
+    attributes: std::collections::HashMap<String, Attribute>,
+    #[serde(rename = "attributes", default)]
+    system: System,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct System {
+    #[serde(rename = "ApproximateReceiveCount", default)]
+    receive_count: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Attribute {
+    #[serde(rename = "stringValue", default)]
+    string_value: Option<String>,
+}
+
+/// A spilled delivery read back from its message.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub(crate) provider: String,
+    pub(crate) body: Vec<u8>,
+    pub(crate) message_id: Option<String>,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) received_at: u64,
+}
+
+impl Record {
+    fn attribute(&self, name: &str) -> Option<&str> {
+        self.attributes.get(name)?.string_value.as_deref()
+    }
+
+    /// How many times SQS has handed this message out, this time included.
+    pub(crate) fn receive_count(&self) -> u64 {
+        self.system
+            .receive_count
+            .as_deref()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// The delivery this message holds; an error says which part is missing or unreadable
+    /// (a message this code did not write, or one of another version).
+    pub(crate) fn restore(&self) -> Result<Restored, &'static str> {
+        if self.attribute(VERSION) != Some("1") {
+            return Err("not a spilled delivery of version 1");
+        }
+        let provider = self
+            .attribute(PROVIDER)
+            .ok_or("no provider attribute")?
+            .to_owned();
+        let received_at = self
+            .attribute(RECEIVED_AT)
+            .and_then(|t| t.parse().ok())
+            .ok_or("no arrival time")?;
+        let body = match self.attribute(ENCODING) {
+            None => self.body.as_bytes().to_vec(),
+            Some("base64") => STANDARD
+                .decode(self.body.as_bytes())
+                .map_err(|_| "the body is not base64")?,
+            Some(_) => return Err("an unknown body encoding"),
+        };
+        let mut headers = http::HeaderMap::new();
+        if let Some(json) = self.attribute(HEADERS) {
+            let read: std::collections::BTreeMap<String, String> =
+                serde_json::from_str(json).map_err(|_| "the headers are not a JSON object")?;
+            for (name, value) in read {
+                let name = http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| "a header name HTTP cannot carry")?;
+                let value = http::HeaderValue::from_str(&value)
+                    .map_err(|_| "a header value HTTP cannot carry")?;
+                headers.insert(name, value);
+            }
+        }
+        Ok(Restored {
+            provider,
+            body,
+            message_id: self.attribute(MESSAGE_ID).map(str::to_owned),
+            headers,
+            received_at,
+        })
+    }
+}
+
+/// The answer to an SQS event: the messages that were not applied, to be received again
+/// (Lambda's partial batch response, `ReportBatchItemFailures`).
+#[derive(Debug, Default, Serialize)]
+pub struct BatchResponse {
+    #[serde(rename = "batchItemFailures")]
+    failures: Vec<ItemFailure>,
+}
+
+#[derive(Debug, Serialize)]
+struct ItemFailure {
+    #[serde(rename = "itemIdentifier")]
+    item_identifier: String,
+}
+
+impl BatchResponse {
+    pub(crate) fn fail(&mut self, message_id: &str) {
+        self.failures.push(ItemFailure {
+            item_identifier: message_id.to_owned(),
+        });
+    }
+
+    /// The message ids reported as failed.
+    pub fn failed(&self) -> impl Iterator<Item = &str> {
+        self.failures.iter().map(|f| f.item_identifier.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(body: &str, attributes: &[(&str, &str)]) -> Record {
+        let attributes: serde_json::Map<String, serde_json::Value> = attributes
+            .iter()
+            .map(|(n, v)| {
+                (
+                    (*n).to_owned(),
+                    serde_json::json!({"stringValue": v, "dataType": "String"}),
+                )
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "messageId": "m-1",
+            "body": body,
+            "messageAttributes": attributes,
+            "attributes": {"ApproximateReceiveCount": "3"},
+        }))
+        .expect("a record")
+    }
+
+    #[test]
+    fn a_spilled_delivery_reads_back_as_it_was_written() {
+        let headers = vec![("x-github-event".to_owned(), "issues".to_owned())];
+        for body in [
+            &b"{\"id\":\"evt_1\"}"[..],
+            &b"{\"a\":\"\x01\"}"[..],
+            &[0xff, 0xfe][..],
+        ] {
+            let spilled = Spilled {
+                provider: "github",
+                event_id: "d-1",
+                body,
+                message_id: Some("msg_1"),
+                headers: &headers,
+                received_at: 1_796_070_269,
+            };
+            let (text, base64) = message_body(body);
+            let attributes = spilled.attributes(base64).expect("attributes");
+            let pairs: Vec<(&str, &str)> = attributes
+                .iter()
+                .map(|(n, v, _)| (*n, v.as_str()))
+                .collect();
+            let restored = record(&text, &pairs).restore().expect("restored");
+            assert_eq!(restored.body, body);
+            assert_eq!(restored.provider, "github");
+            assert_eq!(restored.message_id.as_deref(), Some("msg_1"));
+            assert_eq!(restored.received_at, 1_796_070_269);
+            assert_eq!(
+                restored.headers.get("x-github-event").map(|v| v.as_bytes()),
+                Some(&b"issues"[..])
+            );
+        }
+    }
+
+    #[test]
+    fn text_sqs_refuses_is_sent_as_base64_and_other_text_as_is() {
+        assert_eq!(
+            message_body(b"{\"k\":\"v\"}\n"),
+            ("{\"k\":\"v\"}\n".into(), false)
+        );
+        assert!(message_body(b"\x00").1);
+        assert!(message_body("\u{FFFE}".as_bytes()).1);
+        assert!(!message_body("caf\u{e9} \u{1F600}".as_bytes()).1);
+    }
+
+    #[test]
+    fn a_message_this_code_did_not_write_is_refused_by_name() {
+        assert_eq!(
+            record("{}", &[]).restore().expect_err("refused"),
+            "not a spilled delivery of version 1"
+        );
+        assert_eq!(
+            record("{}", &[(VERSION, "1"), (PROVIDER, "stripe")])
+                .restore()
+                .expect_err("refused"),
+            "no arrival time"
+        );
+        assert_eq!(record("{}", &[]).receive_count(), 3);
+    }
+}
