@@ -8,6 +8,7 @@ pub mod faults;
 pub mod lambda;
 pub mod moto;
 pub mod operations;
+pub mod outage;
 pub mod proxy;
 pub mod recorder;
 pub mod roles;

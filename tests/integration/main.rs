@@ -14,4 +14,5 @@ mod resend;
 mod retention;
 mod round_trips;
 mod sam;
+mod spill;
 mod stripe;

@@ -1,0 +1,127 @@
+//! A database the test can stop, start and slow down: a loopback TCP forwarder in front of
+//! PostgreSQL on a port of its own. [`Outage::down`] stops listening and cuts every connection
+//! through it, as a stopped server does (connects are refused, open connections are lost);
+//! [`Outage::up`] listens on the same port again. [`Outage::hold`] keeps every byte a client
+//! sends from the server until [`Outage::release`], and counts what it holds, so a test can
+//! see a delivery waiting on a slow database and decide when it goes on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, watch};
+use tokio::task::JoinSet;
+
+/// The forwarder.
+#[derive(Debug)]
+pub struct Outage {
+    /// The port to connect to instead of the server's.
+    pub port: u16,
+    upstream: u16,
+    running: Mutex<Option<JoinSet<()>>>,
+    held: watch::Sender<bool>,
+    waiting: Arc<AtomicU64>,
+}
+
+impl Outage {
+    /// Starts forwarding to the server `url` names; returns it and the same URL through it.
+    pub async fn in_front_of(url: &str) -> (Self, String) {
+        use std::str::FromStr;
+        let config = tokio_postgres::Config::from_str(url).expect("a PostgreSQL URL");
+        let upstream = config.get_ports().first().copied().expect("a port");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (held, _) = watch::channel(false);
+        let outage = Self {
+            port,
+            upstream,
+            running: Mutex::new(None),
+            held,
+            waiting: Arc::new(AtomicU64::new(0)),
+        };
+        outage.serve(listener).await;
+        let through = url.replace(&format!(":{upstream}/"), &format!(":{port}/"));
+        assert_ne!(through, url, "the URL names its port as :{upstream}/");
+        (outage, through)
+    }
+
+    async fn serve(&self, listener: TcpListener) {
+        let mut tasks = JoinSet::new();
+        let upstream = self.upstream;
+        let held = self.held.subscribe();
+        let waiting = Arc::clone(&self.waiting);
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                connections.spawn(forward(cr, sw, Some((held.clone(), Arc::clone(&waiting)))));
+                connections.spawn(forward(sr, cw, None));
+            }
+        });
+        *self.running.lock().await = Some(tasks);
+    }
+
+    /// Stops listening and closes every connection through the forwarder.
+    pub async fn down(&self) {
+        if let Some(mut tasks) = self.running.lock().await.take() {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+
+    /// Listens on the same port again.
+    pub async fn up(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("the forwarder's port again");
+        self.serve(listener).await;
+    }
+
+    /// From now on, holds what clients send until [`release`](Self::release).
+    pub fn hold(&self) {
+        self.held.send_replace(true);
+    }
+
+    /// Lets everything held through, and stops holding.
+    pub fn release(&self) {
+        self.held.send_replace(false);
+    }
+
+    /// How many client writes are being held now.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::SeqCst)
+    }
+}
+
+/// Copies one direction; a client-to-server copy waits while `hold` says so, counted in its
+/// counter. Dropping the task (the forwarder going down) closes both halves.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    hold: Option<(watch::Receiver<bool>, Arc<AtomicU64>)>,
+) {
+    let mut buffer = vec![0_u8; 16 * 1024];
+    let mut hold = hold;
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some((held, waiting)) = hold.as_mut()
+            && *held.borrow()
+        {
+            waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = held.wait_for(|h| !*h).await;
+            waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}

@@ -1,0 +1,531 @@
+//! No verified delivery lost while the database is down (`claimonce::spill`), with the real
+//! binaries: each provider's function under the Runtime API emulator, its database behind a
+//! forwarder the test stops and starts (`claimonce_tests::outage`), and its spill queue and
+//! dead-letter queue in moto's SQS, created with the attributes template.yaml gives them.
+//! The drain is invoked as Lambda's event source mapping invokes it: the messages received
+//! from the queue as an SQS event, those not reported failed deleted afterwards.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use claimonce_local::functions::{self, Function};
+use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_local::sign::resign;
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::payload_outcome;
+use claimonce_tests::lambda::{binaries, function, sample_event};
+use claimonce_tests::outage::Outage;
+use claimonce_tests::sign::now;
+use serde_json::{Value, json};
+use tokio::process::Child;
+
+/// A provider's spill queue attribute as template.yaml declares it (`<Name>SpillQueue`).
+fn declared(attribute: &str) -> String {
+    let template = std::fs::read_to_string(functions::workspace_root().join("template.yaml"))
+        .expect("template.yaml");
+    let block = template
+        .split("\n  StripeSpillQueue:\n")
+        .nth(1)
+        .expect("a StripeSpillQueue resource");
+    block
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .find_map(|l| l.trim().strip_prefix(&format!("{attribute}: ")))
+        .unwrap_or_else(|| panic!("StripeSpillQueue has no {attribute}"))
+        .trim_matches('\'')
+        .to_owned()
+}
+
+/// A spill queue and its dead-letter queue in moto, as the template makes them; the queue's
+/// URL and the dead-letter queue's.
+async fn queues(sqs: &aws_sdk_sqs::Client, name: &str, max_receives: &str) -> (String, String) {
+    let dead = sqs
+        .create_queue()
+        .queue_name(format!("{name}-dead"))
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+        .send()
+        .await
+        .expect("the dead-letter queue");
+    let dead_url = dead.queue_url().expect("url").to_owned();
+    let dead_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&dead_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("its ARN")
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .expect("an ARN");
+    let queue = sqs
+        .create_queue()
+        .queue_name(name)
+        .attributes(
+            QueueAttributeName::VisibilityTimeout,
+            declared("VisibilityTimeout"),
+        )
+        .attributes(
+            QueueAttributeName::MaximumMessageSize,
+            declared("MaximumMessageSize"),
+        )
+        .attributes(
+            QueueAttributeName::MessageRetentionPeriod,
+            declared("MessageRetentionPeriod"),
+        )
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            json!({"deadLetterTargetArn": dead_arn, "maxReceiveCount": max_receives}).to_string(),
+        )
+        .send()
+        .await
+        .expect("the spill queue");
+    (queue.queue_url().expect("url").to_owned(), dead_url)
+}
+
+/// Messages on the queue now (visible ones: what the dead-letter alarm reads).
+async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("attributes")
+        .attributes()
+        .and_then(|a| {
+            a.get(&QueueAttributeName::ApproximateNumberOfMessages)
+                .cloned()
+        })
+        .and_then(|n| n.parse().ok())
+        .expect("a count")
+}
+
+/// A provider's function, its database behind `outage`, its spill queue `queue`.
+struct Spilling {
+    api: std::sync::Arc<RuntimeApi>,
+    instance: Child,
+}
+
+async fn start(f: &Function, database_url: &str, queue: &str, sqs_endpoint: &str) -> Spilling {
+    let api = std::sync::Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+    let env = [
+        ("DATABASE_URL", database_url),
+        (f.secret_var, f.dev_secret),
+        ("SPILL_QUEUE_URL", queue),
+        ("AWS_ENDPOINT_URL_SQS", sqs_endpoint),
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        (
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        ),
+        ("AWS_REGION", "us-east-1"),
+        ("DB_CONNECT_TIMEOUT_MS", "1000"),
+        ("SPILL_TIMEOUT_MS", "5000"),
+    ];
+    let instance = api
+        .command(&binaries().await.join(f.binary), &env)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    Spilling { api, instance }
+}
+
+impl Spilling {
+    async fn invoke(&self, event: &Value) -> Value {
+        match self
+            .api
+            .invoke(event.to_string(), Duration::from_secs(30))
+            .await
+            .expect("an answer")
+        {
+            Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON"),
+            Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
+        }
+    }
+
+    /// One poll of the event source mapping: receives up to 10 messages, invokes the function
+    /// with them as an SQS event, deletes those it did not report failed. Returns (received,
+    /// failed). Received with a visibility timeout of 0, so a failed one is back at once.
+    async fn drain_once(&self, sqs: &aws_sdk_sqs::Client, queue: &str) -> (usize, usize) {
+        let messages = receive(sqs, queue, 0).await;
+        if messages.is_empty() {
+            return (0, 0);
+        }
+        let answer = self.invoke(&sqs_event(&messages)).await;
+        let failed: HashSet<&str> = answer["batchItemFailures"]
+            .as_array()
+            .unwrap_or_else(|| panic!("not a batch response: {answer}"))
+            .iter()
+            .filter_map(|f| f["itemIdentifier"].as_str())
+            .collect();
+        for m in &messages {
+            if !failed.contains(m.message_id().unwrap_or_default()) {
+                sqs.delete_message()
+                    .queue_url(queue)
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .send()
+                    .await
+                    .expect("delete");
+            }
+        }
+        (messages.len(), failed.len())
+    }
+}
+
+/// Up to 10 messages, hidden for `visibility` seconds once received.
+async fn receive(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+    visibility: i32,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(queue)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+        .visibility_timeout(visibility)
+        .send()
+        .await
+        .expect("receive")
+        .messages
+        .unwrap_or_default()
+}
+
+/// The SQS event Lambda's event source mapping makes of `messages`.
+fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            let attributes: serde_json::Map<String, Value> = m
+                .message_attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(name, value)| {
+                            (
+                                name.clone(),
+                                json!({"stringValue": value.string_value(),
+                                           "dataType": value.data_type()}),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let count = m
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .cloned()
+                .unwrap_or_else(|| "1".into());
+            json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "attributes": {"ApproximateReceiveCount": count},
+                "messageAttributes": attributes,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:spill",
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    json!({"Records": records})
+}
+
+fn signed(sample: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(sample).expect("sample");
+    let mut event: Value = serde_json::from_str(&text).expect("JSON");
+    resign(&mut event, now()).expect("sign");
+    event
+}
+
+/// The whole outage, for every provider of the registry: with its database stopped, each
+/// sample is answered 200 `queued` and is on the provider's queue, with nothing in the
+/// database; the sender's retry during the outage is queued again; once the database is back,
+/// a retry before the drain is processed by the webhook itself, and the drain applies every
+/// spilled copy exactly once (the ledger holds one row per sample; the retried one's copies
+/// are duplicates), and the queue is empty.
+#[tokio::test]
+async fn with_the_database_down_every_delivery_is_queued_and_the_drain_applies_each_once() {
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let db = TestDb::new().await;
+    let admin = db.client().await;
+    for f in functions::all().expect("registry") {
+        let samples = f.samples();
+        assert!(!samples.is_empty(), "{}: no samples", f.provider);
+        let (queue, dead) = queues(
+            &sqs,
+            &format!("spill-{}-{}", f.provider, std::process::id()),
+            &declared("maxReceiveCount"),
+        )
+        .await;
+        let (outage, through) = Outage::in_front_of(&db.function_url_as(f.provider)).await;
+        let function = start(f, &through, &queue, &moto.url).await;
+        let events: Vec<Value> = samples.iter().map(|s| signed(s)).collect();
+
+        outage.down().await;
+        for (sample, event) in samples.iter().zip(&events) {
+            assert_eq!(
+                payload_outcome(&function.invoke(event).await),
+                (200, "queued".into()),
+                "{}",
+                sample.display()
+            );
+        }
+        // The sender retries the first one while the database is still down.
+        assert_eq!(
+            payload_outcome(&function.invoke(&events[0]).await),
+            (200, "queued".into())
+        );
+        let ledger = format!(
+            "SELECT count(*) FROM processed_events WHERE provider = '{}'",
+            f.provider
+        );
+        let rows = |sql: String| {
+            let admin = &admin;
+            async move {
+                admin
+                    .query_one(&sql, &[])
+                    .await
+                    .expect("count")
+                    .get::<_, i64>(0)
+            }
+        };
+        assert_eq!(
+            rows(ledger.clone()).await,
+            0,
+            "{}: nothing in the database",
+            f.provider
+        );
+        assert_eq!(depth(&sqs, &queue).await, samples.len() as u64 + 1);
+
+        outage.up().await;
+        // The sender's retry after the outage, before the drain: the webhook applies it.
+        let first = payload_outcome(&function.invoke(&events[0]).await);
+        assert!(
+            first == (200, "processed".into()) || first == (200, "ignored".into()),
+            "{}: {first:?}",
+            f.provider
+        );
+        let mut drained = 0;
+        loop {
+            let (received, failed) = function.drain_once(&sqs, &queue).await;
+            assert_eq!(failed, 0, "{}: the drain reported failures", f.provider);
+            if received == 0 {
+                break;
+            }
+            drained += received;
+        }
+        assert_eq!(drained, samples.len() + 1, "{}", f.provider);
+        assert_eq!(rows(ledger).await, samples.len() as i64, "{}", f.provider);
+        assert_eq!(depth(&sqs, &queue).await, 0);
+        assert_eq!(depth(&sqs, &dead).await, 0);
+        // And a copy of each arriving now, from the sender, is a duplicate.
+        for event in &events {
+            let mut event = event.clone();
+            resign(&mut event, now()).expect("sign");
+            assert_eq!(
+                payload_outcome(&function.invoke(&event).await),
+                (200, "duplicate".into())
+            );
+        }
+    }
+    // The effects, once each: Stripe's samples credit 2500 and keep one subscription.
+    assert_eq!(
+        db.count("SELECT credit_balance_cents FROM customers").await,
+        2500
+    );
+    assert_eq!(db.count("SELECT count(*) FROM email_events").await, 2);
+}
+
+/// A message that fails every time (here one that names another provider, which the drain
+/// refuses) is reported failed on each receive, and after the stated number of receives SQS
+/// moves it to the dead-letter queue, whose depth is what the alarm reads.
+#[tokio::test]
+async fn a_message_that_fails_every_time_reaches_the_dead_letter_queue() {
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (queue, dead) = queues(&sqs, &format!("spill-poison-{}", std::process::id()), "2").await;
+    let function = start(f, &db.function_url_as("stripe"), &queue, &moto.url).await;
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body("{}")
+        .message_attributes("claimonce-spill", number("1"))
+        .message_attributes("claimonce-provider", string("resend"))
+        .message_attributes("claimonce-received-at", number("1796070269"))
+        .send()
+        .await
+        .expect("send");
+    for receive in 1..=2 {
+        assert_eq!(
+            function.drain_once(&sqs, &queue).await,
+            (1, 1),
+            "receive {receive}"
+        );
+        assert_eq!(depth(&sqs, &dead).await, 0);
+    }
+    // The third receive finds it moved.
+    assert_eq!(function.drain_once(&sqs, &queue).await, (0, 0));
+    assert_eq!(depth(&sqs, &dead).await, 1);
+}
+
+fn string(value: &str) -> aws_sdk_sqs::types::MessageAttributeValue {
+    aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .expect("attribute")
+}
+
+fn number(value: &str) -> aws_sdk_sqs::types::MessageAttributeValue {
+    aws_sdk_sqs::types::MessageAttributeValue::builder()
+        .data_type("Number")
+        .string_value(value)
+        .build()
+        .expect("attribute")
+}
+
+/// With the database down and SQS unreachable too, the answer is 500: never 200 without a
+/// durable copy.
+#[tokio::test]
+async fn with_the_queue_unreachable_too_the_answer_is_500() {
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    // Nothing listens on port 9 of the loopback: every SQS call is refused.
+    let function = start(
+        f,
+        &through,
+        "http://127.0.0.1:9/123456789012/spill",
+        "http://127.0.0.1:9",
+    )
+    .await;
+    outage.down().await;
+    let answer = function
+        .invoke(&signed(&sample("stripe/invoice.paid.json")))
+        .await;
+    assert_eq!(answer["statusCode"], 500, "{answer}");
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+}
+
+fn sample(relative: &str) -> std::path::PathBuf {
+    functions::workspace_root().join("events").join(relative)
+}
+
+/// A slow database within the deadline is not an outage: the delivery held at the database
+/// (the forwarder holds its statement until the test releases it) is processed, and nothing
+/// is queued.
+#[tokio::test]
+async fn a_slow_database_within_the_deadline_is_not_spilled() {
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (queue, _) = queues(&sqs, &format!("spill-slow-{}", std::process::id()), "5").await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let function = std::sync::Arc::new(start(f, &through, &queue, &moto.url).await);
+    // The cold start's connection is made before the hold.
+    let warm = sample_event("stripe/checkout.session.completed.json");
+    let mut warm = warm;
+    resign(&mut warm, now()).expect("sign");
+    assert_eq!(
+        payload_outcome(&function.invoke(&warm).await),
+        (200, "processed".into())
+    );
+    outage.hold();
+    let delivery = {
+        let function = std::sync::Arc::clone(&function);
+        tokio::spawn(async move {
+            function
+                .invoke(&signed(&sample("stripe/invoice.paid.json")))
+                .await
+        })
+    };
+    // The statement is at the database, held.
+    while outage.waiting() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    outage.release();
+    let answer = delivery.await.expect("the delivery");
+    assert_eq!(payload_outcome(&answer), (200, "processed".into()));
+    assert_eq!(depth(&sqs, &queue).await, 0);
+}
+
+/// The drain killed in the middle of a batch, after its statement reached the database and
+/// before it answered: the message, never deleted, comes back after its visibility timeout,
+/// and the next drain finds the claim taken (a duplicate) and deletes it. Applied once.
+#[tokio::test]
+async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (queue, _) = queues(&sqs, &format!("spill-killed-{}", std::process::id()), "5").await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let receiver = start(f, &through, &queue, &moto.url).await;
+    outage.down().await;
+    let event = signed(&sample("stripe/invoice.paid.json"));
+    assert_eq!(
+        payload_outcome(&receiver.invoke(&event).await),
+        (200, "queued".into())
+    );
+    outage.up().await;
+
+    let mut drain = start(f, &through, &queue, &moto.url).await;
+    let messages = receive(&sqs, &queue, 2).await;
+    assert_eq!(messages.len(), 1);
+    // Its connection first, then hold what it sends.
+    let warm = signed(&sample("stripe/checkout.session.completed.json"));
+    assert_eq!(
+        payload_outcome(&drain.invoke(&warm).await),
+        (200, "processed".into())
+    );
+    outage.hold();
+    let batch = {
+        let api = std::sync::Arc::clone(&drain.api);
+        let event = sqs_event(&messages).to_string();
+        tokio::spawn(async move { api.invoke(event, Duration::from_secs(60)).await })
+    };
+    while outage.waiting() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drain.instance.start_kill().expect("kill");
+    let _ = drain.instance.wait().await;
+    batch.abort();
+    // The statement, already sent, goes on to the server and commits; nobody answers SQS.
+    outage.release();
+
+    // Back after the visibility timeout, and drained by a new environment: a duplicate now.
+    let again = start(f, &through, &queue, &moto.url).await;
+    let returned = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let found = receive(&sqs, &queue, 0).await;
+            if !found.is_empty() {
+                break found;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the message comes back after its visibility timeout");
+    assert_eq!(returned.len(), 1);
+    let answer = again.invoke(&sqs_event(&returned)).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'")
+            .await,
+        1
+    );
+    // Credited once: the invoice's amount, not twice that.
+    let body: Value =
+        serde_json::from_str(event["body"].as_str().expect("a text body")).expect("JSON");
+    let amount = body["data"]["object"]["amount_paid"]
+        .as_i64()
+        .expect("amount_paid");
+    assert_eq!(
+        db.count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
+            .await,
+        amount
+    );
+}
