@@ -541,33 +541,7 @@ async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
     let sqs = Recorder::sqs(&[refused.as_str()]).await;
     let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/claimonce-outbox.fifo";
 
-    let api = RuntimeApi::start("outbox-relay").await.expect("api");
-    let mut command = api.command(
-        &binaries().await.join("outbox-relay"),
-        &[
-            ("DATABASE_URL", db.function_url()),
-            ("OUTBOX_QUEUE_URL", queue),
-            ("AWS_ENDPOINT_URL_SQS", &sqs.url),
-            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
-            (
-                "AWS_SECRET_ACCESS_KEY",
-                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-            ),
-        ],
-    );
-    command.stdout(Stdio::null());
-    let _instance = command.spawn().expect("spawn outbox-relay");
-    let outcome = api
-        .invoke(
-            json!({"source": "aws.scheduler"}).to_string(),
-            Duration::from_secs(30),
-        )
-        .await
-        .expect("the relay answers");
-    let Outcome::Response(payload) = outcome else {
-        panic!("the relay failed: {outcome:?}");
-    };
-    let result: Value = serde_json::from_slice(&payload).expect("JSON");
+    let result = relay_binary(&db, queue, &sqs.url).await;
     assert_eq!(result["dispatched"], 2, "{result}");
     assert_eq!(result["failed"], 1, "{result}");
 
@@ -621,4 +595,116 @@ async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
         }
         assert_eq!(row.get::<_, i32>(2), 1);
     }
+}
+
+/// The relay against a real SQS (moto's server): a FIFO queue created as the template makes
+/// the outbox queue, the relay binary sending every row, and a resend of the same rows (a
+/// relay that crashed after sending and before marking them) dropped by SQS's own
+/// deduplication on the row's id, so the queue holds each row once; the message SQS holds
+/// carries the idempotency key and topic as attributes.
+#[tokio::test]
+async fn the_relay_binary_sends_each_row_once_to_a_real_fifo_queue_even_when_it_sends_twice() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let queue = sqs
+        .create_queue()
+        .queue_name(format!("outbox-{}.fifo", std::process::id()))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::MaximumMessageSize, "1048576")
+        .send()
+        .await
+        .expect("the FIFO queue")
+        .queue_url
+        .expect("its URL");
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 3).await;
+    assert_eq!(relay_binary(&db, &queue, &moto.url).await["dispatched"], 3);
+    // As if the relay had crashed after sending and before marking: every row pending again.
+    db.client()
+        .await
+        .batch_execute("UPDATE outbox SET dispatched_at = NULL")
+        .await
+        .expect("pending again");
+    assert_eq!(
+        relay_binary(&db, &queue, &moto.url).await["dispatched"],
+        3,
+        "sent again"
+    );
+    let mut seen = Vec::new();
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(&queue)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default();
+        if received.is_empty() {
+            break;
+        }
+        for m in received {
+            let key = m
+                .message_attributes()
+                .and_then(|a| a.get("idempotency-key"))
+                .and_then(|v| v.string_value())
+                .expect("the idempotency key")
+                .to_owned();
+            let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("JSON");
+            assert_eq!(body["id"], key.as_str());
+            assert_eq!(
+                m.message_attributes()
+                    .and_then(|a| a.get("topic"))
+                    .and_then(|v| v.string_value()),
+                Some("crm.ping")
+            );
+            seen.push(key);
+            sqs.delete_message()
+                .queue_url(&queue)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+    }
+    seen.sort();
+    let mut expected: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    expected.sort();
+    assert_eq!(seen, expected, "each row once");
+}
+
+/// One scheduled run of the real relay binary on `db`, sending to `queue` at the SQS
+/// `endpoint`; its answer.
+async fn relay_binary(db: &TestDb, queue: &str, endpoint: &str) -> Value {
+    let api = RuntimeApi::start("outbox-relay").await.expect("api");
+    let mut command = api.command(
+        &binaries().await.join("outbox-relay"),
+        &[
+            ("DATABASE_URL", db.function_url()),
+            ("OUTBOX_QUEUE_URL", queue),
+            ("AWS_ENDPOINT_URL_SQS", endpoint),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            (
+                "AWS_SECRET_ACCESS_KEY",
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            ),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    command.stdout(Stdio::null());
+    let _instance = command.spawn().expect("spawn outbox-relay");
+    let outcome = api
+        .invoke(
+            json!({"source": "aws.scheduler"}).to_string(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("the relay answers");
+    let Outcome::Response(payload) = outcome else {
+        panic!("the relay failed: {outcome:?}");
+    };
+    serde_json::from_slice(&payload).expect("JSON")
 }
