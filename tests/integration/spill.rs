@@ -529,3 +529,21 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
         amount
     );
 }
+
+/// The template's `MAX_BODY_BYTES` is the largest body a delivery can be spilled with: a
+/// receiver with a spill queue refuses a larger one at start, so a higher value in
+/// template.yaml would keep every deployed receiver from starting.
+#[test]
+fn the_template_s_body_limit_is_one_a_delivery_can_be_spilled_with() {
+    let template = std::fs::read_to_string(functions::workspace_root().join("template.yaml"))
+        .expect("template.yaml");
+    let value = template
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("MAX_BODY_BYTES: "))
+        .expect("MAX_BODY_BYTES in template.yaml")
+        .trim_matches('\'');
+    assert_eq!(
+        value.parse::<usize>().expect("a number"),
+        claimonce::spill::SPILL_BODY_LIMIT
+    );
+}
