@@ -527,6 +527,9 @@ impl<P: Provider> Receiver<P> {
         records: &[crate::spill::Record],
     ) -> crate::spill::BatchResponse {
         let mut response = crate::spill::BatchResponse::default();
+        // Once the database is found unavailable, the rest of the batch is not tried: each
+        // would wait out its own connect or deadline, and the batch the function's timeout.
+        let mut unavailable: Option<&'static str> = None;
         for record in records {
             let started = Instant::now();
             let mut fields = Map::new();
@@ -542,9 +545,18 @@ impl<P: Provider> Receiver<P> {
                         "queued_seconds".into(),
                         unix_now().saturating_sub(received_at).into(),
                     );
-                    match self.settle(&parsed, sha).await {
-                        Ok(disposition) => (disposition, None),
-                        Err(e) => (Disposition::Error, Some(e.summary())),
+                    match unavailable {
+                        Some(reason) => (
+                            Disposition::Error,
+                            Some(format!("not tried: the database is unavailable ({reason})")),
+                        ),
+                        None => match self.settle(&parsed, sha).await {
+                            Ok(disposition) => (disposition, None),
+                            Err(e) => {
+                                unavailable = e.unavailable();
+                                (Disposition::Error, Some(e.summary()))
+                            }
+                        },
                     }
                 }
             };

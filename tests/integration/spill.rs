@@ -547,3 +547,76 @@ fn the_template_s_body_limit_is_one_a_delivery_can_be_spilled_with() {
         claimonce::spill::SPILL_BODY_LIMIT
     );
 }
+
+/// A drain that finds the database unavailable does not try the rest of its batch: each would
+/// wait out its own connect, and the batch the function's timeout. Three spilled deliveries
+/// drained in one batch against a database that accepts connections and closes them make as
+/// many connection attempts as one alone does, and all three come back.
+#[tokio::test]
+async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untried() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (queue, _) = queues(&sqs, &format!("spill-untried-{}", std::process::id()), "5").await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let receiver = start(f, &through, &queue, &moto.url).await;
+    outage.down().await;
+    for name in [
+        "stripe/invoice.paid.json",
+        "stripe/checkout.session.completed.json",
+        "stripe/customer.subscription.updated.json",
+    ] {
+        assert_eq!(
+            payload_outcome(&receiver.invoke(&signed(&sample(name))).await),
+            (200, "queued".into())
+        );
+    }
+    // A database that accepts every connection and closes it at once, counting them.
+    let closing = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = closing.local_addr().expect("addr").port();
+    let accepted = std::sync::Arc::new(AtomicU64::new(0));
+    let counter = std::sync::Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = closing.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    let url = db
+        .function_url_as("stripe")
+        .replace(&format!(":{}/", outage_upstream(&db)), &format!(":{port}/"));
+    let drain = start(f, &url, &queue, &moto.url).await;
+    let messages = receive(&sqs, &queue, 0).await;
+    assert_eq!(messages.len(), 3);
+    // Once for the cold start's own attempt, then counted alone.
+    for _ in 0..2 {
+        accepted.store(0, Ordering::SeqCst);
+        let one = drain.invoke(&sqs_event(&messages[..1])).await;
+        assert_eq!(one["batchItemFailures"].as_array().map(Vec::len), Some(1));
+    }
+    let per_message = accepted.swap(0, Ordering::SeqCst);
+    assert!(per_message > 0, "the drain tried the database");
+    let all = drain.invoke(&sqs_event(&messages)).await;
+    assert_eq!(
+        all["batchItemFailures"].as_array().map(Vec::len),
+        Some(messages.len()),
+        "{all}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        per_message,
+        "only the first was tried"
+    );
+}
+
+/// The port of the server the test database is on, as its function URL names it.
+fn outage_upstream(db: &TestDb) -> u16 {
+    use std::str::FromStr;
+    let config =
+        tokio_postgres::Config::from_str(&db.function_url_as("stripe")).expect("a PostgreSQL URL");
+    config.get_ports().first().copied().expect("a port")
+}
