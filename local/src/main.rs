@@ -3,7 +3,7 @@
 //! sample events.
 //!
 //! ```text
-//! claimonce-local [run] [--port 9000] [--instances 2]
+//! claimonce-local [run] [--port 9000] [--instances 2] [--json] [--spill]
 //! claimonce-local sign <event.json>...
 //! claimonce-local send <event.json> [--url http://127.0.0.1:9000]
 //! ```
@@ -20,14 +20,18 @@ use claimonce_local::{functions, gateway, sign};
 use serde_json::Value;
 
 const USAGE: &str = "usage:
-  claimonce-local [run] [--port 9000] [--instances 2] [--json]
+  claimonce-local [run] [--port 9000] [--instances 2] [--json] [--spill]
                                                         run every function locally: --port is the
                                                         front's port (0: any free one); --instances
                                                         how many copies of each function poll its
                                                         Runtime API (two, so concurrent deliveries
                                                         race as on Lambda); --json prints the
                                                         functions' JSON log lines as they are (the
-                                                        default when stdout is not a terminal)
+                                                        default when stdout is not a terminal);
+                                                        --spill gives each function a spill queue in
+                                                        moto's SQS (installed by scripts/test-tools)
+                                                        and drains it, and SIGUSR1 takes the
+                                                        database down for the functions and back
   claimonce-local sign <event.json>...                  re-sign sample events in place
   claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)
   claimonce-local --help                                this text
@@ -55,6 +59,7 @@ enum Command {
         port: u16,
         instances: usize,
         json: bool,
+        spill: bool,
     },
     Sign {
         files: Vec<String>,
@@ -74,6 +79,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut parser = lexopt::Parser::from_args(args);
     let mut subcommand: Option<String> = None;
     let (mut port, mut instances, mut url, mut json) = (9000_u16, 2_usize, None::<String>, false);
+    let mut spill = false;
     let mut files = Vec::new();
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
@@ -82,6 +88,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Long("instances") => instances = parser.value().map_err(lex)?.parse().map_err(lex)?,
             Long("url") => url = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
             Long("json") => json = true,
+            Long("spill") => spill = true,
             Value(value) => {
                 let value = value.string().map_err(lex)?;
                 if subcommand.is_none() {
@@ -106,9 +113,11 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             port,
             instances,
             json,
+            spill,
         }),
         "sign" if files.is_empty() => Err("sign needs at least one event file".into()),
         "sign" | "send" if json => misplaced("--json"),
+        "sign" | "send" if spill => misplaced("--spill"),
         "sign" if url.is_some() => misplaced("--url"),
         "sign" => Ok(Command::Sign { files }),
         _ => match <[String; 1]>::try_from(files) {
@@ -136,7 +145,8 @@ async fn main() -> ExitCode {
             port,
             instances,
             json,
-        }) => run(port, instances, json).await,
+            spill,
+        }) => run(port, instances, json, spill).await,
         Ok(Command::Sign { files }) => sign_files(&files),
         Ok(Command::Send { file, url }) => send(&file, &url).await,
     };
@@ -228,7 +238,7 @@ async fn connect(url: &str) -> Result<claimonce::db::Connection, String> {
         .map_err(|e| e.to_string())
 }
 
-async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
+async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(), String> {
     use std::io::IsTerminal;
     use tokio::signal::unix::{SignalKind, signal};
     // A closed terminal (SIGHUP) or a kill (SIGTERM) stops the run as Ctrl-C does, from the
@@ -274,10 +284,28 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
         }
     };
 
+    // --spill: moto's SQS for the spill queues, and the database behind a forwarder SIGUSR1
+    // takes down and brings back, so that what a deployment does in an outage can be seen.
+    let mut toggle = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+    let spilling = if spill {
+        let moto = claimonce_local::moto::start().await?;
+        let (outage, _) = claimonce_local::outage::Outage::in_front_of(&url).await?;
+        Some((
+            moto.clone(),
+            claimonce_local::spill::client(&moto).await,
+            outage,
+        ))
+    } else {
+        None
+    };
     let mut children = Vec::new();
     let mut routes = HashMap::new();
     for function in registry {
         let url = urls.get(function.provider).unwrap_or(&url);
+        let url = &match &spilling {
+            Some((_, _, outage)) => outage.through(url),
+            None => url.clone(),
+        };
         let api = Arc::new(
             RuntimeApi::start(function.binary)
                 .await
@@ -290,11 +318,31 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
             Some(extra) => format!("{},{extra}", function.dev_secret),
             None => function.dev_secret.to_owned(),
         };
+        let mut env = vec![("DATABASE_URL", url.clone()), (function.secret_var, secret)];
+        if let Some((moto, sqs, _)) = &spilling {
+            use aws_sdk_sqs::types::QueueAttributeName;
+            // A failed message back after 5 s rather than the template's 90, for a person
+            // watching.
+            let queue = claimonce_local::spill::create_queue(
+                sqs,
+                &format!("local-{}-spill", function.provider),
+                &[
+                    (QueueAttributeName::VisibilityTimeout, "5".into()),
+                    (QueueAttributeName::MaximumMessageSize, "1048576".into()),
+                ],
+            )
+            .await?;
+            env.extend(claimonce_local::spill::function_env(&queue, moto));
+            tokio::spawn(claimonce_local::spill::drain_forever(
+                sqs.clone(),
+                queue,
+                Arc::clone(&api),
+                5,
+            ));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         for _ in 0..instances.max(1) {
-            let mut command = api.command(
-                &bin_dir.join(function.binary),
-                &[("DATABASE_URL", url), (function.secret_var, &secret)],
-            );
+            let mut command = api.command(&bin_dir.join(function.binary), &env);
             if !raw {
                 command.stdout(std::process::Stdio::piped());
             }
@@ -362,12 +410,35 @@ async fn run(port: u16, instances: usize, json: bool) -> Result<(), String> {
             "  (restart this with STRIPE_WEBHOOK_SECRET=<the whsec_ it prints> so its signatures verify)"
         );
     }
+    if let Some((moto, _, _)) = &spilling {
+        let pid = std::process::id();
+        println!("Spill queues in moto's SQS at {moto}, drained as Lambda's event source would.");
+        println!(
+            "  kill -USR1 {pid}    takes the database down for the functions (deliveries answer queued);"
+        );
+        println!("  kill -USR1 {pid}    again brings it back (the queued deliveries are applied)");
+    }
     println!("Ctrl-C stops the functions and the database.");
-    tokio::select! {
-        () = gateway::serve(listener, routes) => {}
-        _ = tokio::signal::ctrl_c() => {}
-        _ = hangup.recv() => {}
-        _ = terminate.recv() => {}
+    let serving = gateway::serve(listener, routes);
+    tokio::pin!(serving);
+    loop {
+        tokio::select! {
+            () = &mut serving => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = hangup.recv() => break,
+            _ = terminate.recv() => break,
+            _ = toggle.recv() => {
+                if let Some((_, _, outage)) = &spilling {
+                    if outage.is_up().await {
+                        outage.down().await;
+                        println!("claimonce-local: the database is down for the functions; deliveries are queued");
+                    } else {
+                        outage.up().await?;
+                        println!("claimonce-local: the database is back; the queued deliveries are being applied");
+                    }
+                }
+            }
+        }
     }
     drop(children);
     println!("claimonce-local: stopped");
@@ -390,6 +461,7 @@ mod tests {
             "--port",
             "--instances",
             "--json",
+            "--spill",
             "--url",
             "DATABASE_URL",
             "CLAIMONCE_LOCAL_DIR",
@@ -405,15 +477,17 @@ mod tests {
             Ok(Command::Run {
                 port: 9000,
                 instances: 2,
-                json: false
+                json: false,
+                spill: false
             })
         );
         assert_eq!(
-            parse("--port=9100 --instances 1 --json"),
+            parse("--port=9100 --instances 1 --json --spill"),
             Ok(Command::Run {
                 port: 9100,
                 instances: 1,
-                json: true
+                json: true,
+                spill: true
             })
         );
         assert_eq!(
@@ -433,6 +507,7 @@ mod tests {
             "--port notaport",
             "run extra.json",
             "sign a.json --json",
+            "send a.json --spill",
         ] {
             assert!(parse(wrong).is_err(), "{wrong}");
         }

@@ -8,11 +8,11 @@ pub mod faults;
 pub mod lambda;
 pub mod moto;
 pub mod operations;
-pub mod outage;
 pub mod proxy;
 pub mod recorder;
 pub mod roles;
 pub mod sign;
 pub mod tls;
 
+pub use claimonce_local::outage;
 pub use db::TestDb;

@@ -516,3 +516,104 @@ fn the_license_file_is_the_license_the_crates_declare() {
         );
     }
 }
+
+/// The local run shows the spill queue (`--spill`): SIGUSR1 takes its database down for the
+/// functions and a sample sent then is answered `queued`; SIGUSR1 again brings it back, the
+/// run's drain (moto's SQS, as Lambda's event source mapping would) applies it, and the same
+/// sample sent again is a duplicate.
+#[tokio::test]
+async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_them_after() {
+    use tokio::io::AsyncBufReadExt as _;
+    let dir = std::env::temp_dir().join(format!("claimonce-local-spill-{}", std::process::id()));
+    let bins = binaries().await;
+    let local = bins.join("claimonce-local");
+    let mut run = tokio::process::Command::new(&local)
+        .args([
+            "run",
+            "--port",
+            "0",
+            "--instances",
+            "1",
+            "--json",
+            "--spill",
+        ])
+        .env("CLAIMONCE_LOCAL_DIR", &dir)
+        .env("CLAIMONCE_LOCAL_BINARIES", bins)
+        .env_remove("DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn claimonce-local");
+    let pid = run.id().expect("pid").to_string();
+    let (tx, mut said) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut lines = tokio::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The next line the run prints that `wanted` accepts, within a bound.
+    async fn until(
+        said: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+        wanted: impl Fn(&str) -> bool,
+    ) -> String {
+        tokio::time::timeout(Duration::from_secs(300), async {
+            while let Some(line) = said.recv().await {
+                if wanted(&line) {
+                    return line;
+                }
+            }
+            panic!("the local run ended");
+        })
+        .await
+        .expect("the line within the bound")
+    }
+    let base = until(&mut said, |l| {
+        l.starts_with("claimonce is running locally at ")
+    })
+    .await
+    .trim_start_matches("claimonce is running locally at ")
+    .to_owned();
+    let signal = |pid: &str| {
+        let sent = std::process::Command::new("kill")
+            .args(["-s", "USR1", pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    };
+    let sample = workspace_root().join("events/stripe/invoice.paid.json");
+    let send = || async {
+        let output = tokio::process::Command::new(&local)
+            .arg("send")
+            .arg(&sample)
+            .args(["--url", &base])
+            .output()
+            .await
+            .expect("send");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    };
+    until(&mut said, |l| l.starts_with("Ctrl-C stops")).await;
+    signal(&pid);
+    until(&mut said, |l| {
+        l.contains("the database is down for the functions")
+    })
+    .await;
+    let queued = send().await;
+    assert!(queued.contains(r#"{"disposition":"queued"}"#), "{queued}");
+    signal(&pid);
+    until(&mut said, |l| l.contains("the database is back")).await;
+    let drained = until(&mut said, |l| l.contains(r#""message":"drained""#)).await;
+    assert!(
+        drained.contains(r#""disposition":"processed""#),
+        "{drained}"
+    );
+    let again = send().await;
+    assert!(again.contains(r#"{"disposition":"duplicate"}"#), "{again}");
+    let _ = run.start_kill();
+    let _ = run.wait().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,10 +5,9 @@
 //! The drain is invoked as Lambda's event source mapping invokes it: the messages received
 //! from the queue as an SQS event, those not reported failed deleted afterwards.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::QueueAttributeName;
 use claimonce_local::functions::{self, Function};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
@@ -143,32 +142,12 @@ impl Spilling {
         }
     }
 
-    /// One poll of the event source mapping: receives up to 10 messages, invokes the function
-    /// with them as an SQS event, deletes those it did not report failed. Returns (received,
-    /// failed). Received with a visibility timeout of 0, so a failed one is back at once.
+    /// One poll of the event source mapping (`claimonce_local::spill::drain_once`), with a
+    /// visibility timeout of 0 so a failed message is back at once: (received, failed).
     async fn drain_once(&self, sqs: &aws_sdk_sqs::Client, queue: &str) -> (usize, usize) {
-        let messages = receive(sqs, queue, 0).await;
-        if messages.is_empty() {
-            return (0, 0);
-        }
-        let answer = self.invoke(&sqs_event(&messages)).await;
-        let failed: HashSet<&str> = answer["batchItemFailures"]
-            .as_array()
-            .unwrap_or_else(|| panic!("not a batch response: {answer}"))
-            .iter()
-            .filter_map(|f| f["itemIdentifier"].as_str())
-            .collect();
-        for m in &messages {
-            if !failed.contains(m.message_id().unwrap_or_default()) {
-                sqs.delete_message()
-                    .queue_url(queue)
-                    .receipt_handle(m.receipt_handle().unwrap_or_default())
-                    .send()
-                    .await
-                    .expect("delete");
-            }
-        }
-        (messages.len(), failed.len())
+        claimonce_local::spill::drain_once(sqs, queue, &self.api, 0, 0)
+            .await
+            .expect("a drain")
     }
 }
 
@@ -178,56 +157,9 @@ async fn receive(
     queue: &str,
     visibility: i32,
 ) -> Vec<aws_sdk_sqs::types::Message> {
-    sqs.receive_message()
-        .queue_url(queue)
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-        .visibility_timeout(visibility)
-        .send()
+    claimonce_local::spill::receive(sqs, queue, visibility, 0)
         .await
         .expect("receive")
-        .messages
-        .unwrap_or_default()
-}
-
-/// The SQS event Lambda's event source mapping makes of `messages`.
-fn sqs_event(messages: &[aws_sdk_sqs::types::Message]) -> Value {
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            let attributes: serde_json::Map<String, Value> = m
-                .message_attributes()
-                .map(|a| {
-                    a.iter()
-                        .map(|(name, value)| {
-                            (
-                                name.clone(),
-                                json!({"stringValue": value.string_value(),
-                                           "dataType": value.data_type()}),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let count = m
-                .attributes()
-                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                .cloned()
-                .unwrap_or_else(|| "1".into());
-            json!({
-                "messageId": m.message_id(),
-                "receiptHandle": m.receipt_handle(),
-                "body": m.body(),
-                "attributes": {"ApproximateReceiveCount": count},
-                "messageAttributes": attributes,
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:spill",
-                "awsRegion": "us-east-1",
-            })
-        })
-        .collect();
-    json!({"Records": records})
 }
 
 fn signed(sample: &std::path::Path) -> Value {
@@ -258,7 +190,9 @@ async fn with_the_database_down_every_delivery_is_queued_and_the_drain_applies_e
             &declared("maxReceiveCount"),
         )
         .await;
-        let (outage, through) = Outage::in_front_of(&db.function_url_as(f.provider)).await;
+        let (outage, through) = Outage::in_front_of(&db.function_url_as(f.provider))
+            .await
+            .expect("the forwarder");
         let function = start(f, &through, &queue, &moto.url).await;
         let events: Vec<Value> = samples.iter().map(|s| signed(s)).collect();
 
@@ -298,7 +232,7 @@ async fn with_the_database_down_every_delivery_is_queued_and_the_drain_applies_e
         );
         assert_eq!(depth(&sqs, &queue).await, samples.len() as u64 + 1);
 
-        outage.up().await;
+        outage.up().await.expect("up again");
         // The sender's retry after the outage, before the drain: the webhook applies it.
         let first = payload_outcome(&function.invoke(&events[0]).await);
         assert!(
@@ -392,7 +326,9 @@ fn number(value: &str) -> aws_sdk_sqs::types::MessageAttributeValue {
 async fn with_the_queue_unreachable_too_the_answer_is_500() {
     let db = TestDb::new().await;
     let f = function("stripe");
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
     // Nothing listens on port 9 of the loopback: every SQS call is refused.
     let function = start(
         f,
@@ -423,7 +359,9 @@ async fn a_slow_database_within_the_deadline_is_not_spilled() {
     let db = TestDb::new().await;
     let f = function("stripe");
     let (queue, _) = queues(&sqs, &format!("spill-slow-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
     let function = std::sync::Arc::new(start(f, &through, &queue, &moto.url).await);
     // The cold start's connection is made before the hold.
     let warm = sample_event("stripe/checkout.session.completed.json");
@@ -462,7 +400,9 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     let db = TestDb::new().await;
     let f = function("stripe");
     let (queue, _) = queues(&sqs, &format!("spill-killed-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
     let receiver = start(f, &through, &queue, &moto.url).await;
     outage.down().await;
     let event = signed(&sample("stripe/invoice.paid.json"));
@@ -470,7 +410,7 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
         payload_outcome(&receiver.invoke(&event).await),
         (200, "queued".into())
     );
-    outage.up().await;
+    outage.up().await.expect("up again");
 
     let mut drain = start(f, &through, &queue, &moto.url).await;
     let messages = receive(&sqs, &queue, 2).await;
@@ -484,7 +424,7 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     outage.hold();
     let batch = {
         let api = std::sync::Arc::clone(&drain.api);
-        let event = sqs_event(&messages).to_string();
+        let event = claimonce_local::spill::sqs_event(&messages).to_string();
         tokio::spawn(async move { api.invoke(event, Duration::from_secs(60)).await })
     };
     while outage.waiting() == 0 {
@@ -510,7 +450,9 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     .await
     .expect("the message comes back after its visibility timeout");
     assert_eq!(returned.len(), 1);
-    let answer = again.invoke(&sqs_event(&returned)).await;
+    let answer = again
+        .invoke(&claimonce_local::spill::sqs_event(&returned))
+        .await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'")
@@ -560,7 +502,9 @@ async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untrie
     let db = TestDb::new().await;
     let f = function("stripe");
     let (queue, _) = queues(&sqs, &format!("spill-untried-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe")).await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
     let receiver = start(f, &through, &queue, &moto.url).await;
     outage.down().await;
     for name in [
@@ -595,12 +539,16 @@ async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untrie
     // Once for the cold start's own attempt, then counted alone.
     for _ in 0..2 {
         accepted.store(0, Ordering::SeqCst);
-        let one = drain.invoke(&sqs_event(&messages[..1])).await;
+        let one = drain
+            .invoke(&claimonce_local::spill::sqs_event(&messages[..1]))
+            .await;
         assert_eq!(one["batchItemFailures"].as_array().map(Vec::len), Some(1));
     }
     let per_message = accepted.swap(0, Ordering::SeqCst);
     assert!(per_message > 0, "the drain tried the database");
-    let all = drain.invoke(&sqs_event(&messages)).await;
+    let all = drain
+        .invoke(&claimonce_local::spill::sqs_event(&messages))
+        .await;
     assert_eq!(
         all["batchItemFailures"].as_array().map(Vec::len),
         Some(messages.len()),

@@ -1,5 +1,6 @@
-//! A database the test can stop, start and slow down: a loopback TCP forwarder in front of
-//! PostgreSQL on a port of its own. [`Outage::down`] stops listening and cuts every connection
+//! A database that can be stopped, started and slowed down under running functions: a
+//! loopback TCP forwarder in front of PostgreSQL on a port of its own (the tests' outages, and
+//! the local run's `--spill` switch). [`Outage::down`] stops listening and cuts every connection
 //! through it, as a stopped server does (connects are refused, open connections are lost);
 //! [`Outage::up`] listens on the same port again. [`Outage::hold`] keeps every byte a client
 //! sends from the server until [`Outage::release`], and counts what it holds, so a test can
@@ -25,13 +26,20 @@ pub struct Outage {
 }
 
 impl Outage {
-    /// Starts forwarding to the server `url` names; returns it and the same URL through it.
-    pub async fn in_front_of(url: &str) -> (Self, String) {
+    /// Starts forwarding to the server `url` names (`host:<port>/` with the host on the
+    /// loopback); returns it and the same URL through it.
+    pub async fn in_front_of(url: &str) -> Result<(Self, String), String> {
         use std::str::FromStr;
-        let config = tokio_postgres::Config::from_str(url).expect("a PostgreSQL URL");
-        let upstream = config.get_ports().first().copied().expect("a port");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("addr").port();
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| e.to_string())?;
+        let upstream = config
+            .get_ports()
+            .first()
+            .copied()
+            .ok_or("the URL names no port")?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let (held, _) = watch::channel(false);
         let outage = Self {
             port,
@@ -41,9 +49,16 @@ impl Outage {
             waiting: Arc::new(AtomicU64::new(0)),
         };
         outage.serve(listener).await;
-        let through = url.replace(&format!(":{upstream}/"), &format!(":{port}/"));
-        assert_ne!(through, url, "the URL names its port as :{upstream}/");
-        (outage, through)
+        let through = outage.through(url);
+        if through == url {
+            return Err(format!("the URL does not name its port as :{upstream}/"));
+        }
+        Ok((outage, through))
+    }
+
+    /// `url` (one naming the same server) through the forwarder.
+    pub fn through(&self, url: &str) -> String {
+        url.replace(&format!(":{}/", self.upstream), &format!(":{}/", self.port))
     }
 
     async fn serve(&self, listener: TcpListener) {
@@ -74,12 +89,21 @@ impl Outage {
         }
     }
 
-    /// Listens on the same port again.
-    pub async fn up(&self) {
+    /// Listens on the same port again (nothing when it is up).
+    pub async fn up(&self) -> Result<(), String> {
+        if self.is_up().await {
+            return Ok(());
+        }
         let listener = TcpListener::bind(("127.0.0.1", self.port))
             .await
-            .expect("the forwarder's port again");
+            .map_err(|e| format!("127.0.0.1:{}: {e}", self.port))?;
         self.serve(listener).await;
+        Ok(())
+    }
+
+    /// True while it listens.
+    pub async fn is_up(&self) -> bool {
+        self.running.lock().await.is_some()
     }
 
     /// From now on, holds what clients send until [`release`](Self::release).
@@ -119,7 +143,8 @@ async fn forward(
             let _ = held.wait_for(|h| !*h).await;
             waiting.fetch_sub(1, Ordering::SeqCst);
         }
-        if to.write_all(&buffer[..n]).await.is_err() {
+        let Some(read) = buffer.get(..n) else { break };
+        if to.write_all(read).await.is_err() {
             break;
         }
     }

@@ -1,0 +1,53 @@
+//! moto's server, a real emulator of AWS's SQS and Secrets Manager from PyPI: its pinned
+//! version from `scripts/test-tools.txt`, installed by `scripts/test-tools` into a private
+//! virtualenv the first time (which needs PyPI once), started on a free loopback port and
+//! stopped, by the same watchdog as the private PostgreSQL, when the process that started it
+//! ends however it ends. The tests' SQS and Secrets Manager, and the local run's spill queues.
+
+use std::time::Duration;
+
+/// `http://127.0.0.1:<port>` of a moto server this process started.
+pub async fn start() -> Result<String, String> {
+    let script = crate::functions::workspace_root().join("scripts/test-tools");
+    let tools = tokio::process::Command::new(&script)
+        .output()
+        .await
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    if !tools.status.success() {
+        return Err(format!(
+            "scripts/test-tools (installs moto into a private virtualenv): {}",
+            String::from_utf8_lossy(&tools.stderr).trim()
+        ));
+    }
+    let bin = std::path::PathBuf::from(String::from_utf8_lossy(&tools.stdout).trim());
+    let port = crate::postgres::free_loopback_port().map_err(|e| e.to_string())?;
+    let log = std::env::temp_dir().join(format!("claimonce-moto-{}.log", std::process::id()));
+    crate::postgres::supervise_as_self(
+        &bin.join("moto_server"),
+        &[
+            "-H".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ],
+        &log,
+    )
+    .map_err(|e| format!("moto_server: {e}"))?;
+    // Up once it accepts a connection; bounded, so a server that never starts is an error.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .map_err(|_| {
+        format!(
+            "moto_server did not listen on {port}; see {}",
+            log.display()
+        )
+    })?;
+    Ok(format!("http://127.0.0.1:{port}"))
+}
