@@ -193,7 +193,7 @@ enum Format {
 /// panics on a body flagged base64 that is not; any of those is a 400 here.
 fn read(event: &str) -> Result<Incoming, (Format, Rejection)> {
     let unreadable = |format, detail| (format, Rejection::new(Problem::UnreadableBody, detail));
-    let not_an_event = |format| unreadable(format, "the event is not an API Gateway event");
+    let not_an_event = |format| (format, not_an_api_gateway_event());
     // A 2.0 event that cannot be read is still answered in 2.0's format when its version can
     // be found: the whole event failed, so look for the version on its own.
     let event: Event<'_> = serde_json::from_str(event).map_err(|_| {
@@ -246,6 +246,14 @@ fn read(event: &str) -> Result<Incoming, (Format, Rejection)> {
             .insert(ApiRequestId(id.into_owned()));
     }
     Ok(Incoming::Http(format, request))
+}
+
+/// The refusal of an event that is not an API Gateway request.
+fn not_an_api_gateway_event() -> Rejection {
+    Rejection::new(
+        Problem::UnreadableBody,
+        "the event is not an API Gateway event",
+    )
 }
 
 fn format_of(version: Option<&str>) -> Format {
@@ -322,22 +330,11 @@ impl Serialize for Payload {
 }
 
 impl<P: Provider> Receiver<P> {
-    /// Handles one raw API Gateway event and returns the response payload for it.
+    /// Handles one raw API Gateway event and returns the response payload for it. An SQS
+    /// event is refused here (400), not drained: only [`Receiver::handle_invocation`] drains.
     pub async fn handle_event(&self, event: &str) -> Payload {
-        match self.handle_invocation(event).await {
-            Answer::Http(payload) => payload,
-            // An SQS event sent to the HTTP path: not an API Gateway event.
-            Answer::Batch(_) => Payload {
-                format: Format::V1,
-                response: self.refuse(
-                    Instant::now(),
-                    Rejection::new(
-                        Problem::UnreadableBody,
-                        "the event is not an API Gateway event",
-                    ),
-                ),
-            },
-        }
+        let started = Instant::now();
+        self.respond(started, read(event)).await
     }
 
     /// Handles one invocation of the function: an API Gateway event is answered with its
@@ -346,15 +343,31 @@ impl<P: Provider> Receiver<P> {
     pub async fn handle_invocation(&self, event: &str) -> Answer {
         let started = Instant::now();
         match read(event) {
-            Ok(Incoming::Http(format, request)) => Answer::Http(Payload {
+            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
+            read => Answer::Http(self.respond(started, read).await),
+        }
+    }
+
+    /// The response payload to an event as read; an SQS event here is not an API Gateway
+    /// event.
+    async fn respond(
+        &self,
+        started: Instant,
+        read: Result<Incoming, (Format, Rejection)>,
+    ) -> Payload {
+        match read {
+            Ok(Incoming::Http(format, request)) => Payload {
                 format,
                 response: self.handle(request).await,
-            }),
-            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
-            Err((format, rejection)) => Answer::Http(Payload {
+            },
+            Ok(Incoming::Spilled(_)) => Payload {
+                format: Format::V1,
+                response: self.refuse(started, not_an_api_gateway_event()),
+            },
+            Err((format, rejection)) => Payload {
                 format,
                 response: self.refuse(started, rejection),
-            }),
+            },
         }
     }
 }

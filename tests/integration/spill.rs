@@ -568,3 +568,33 @@ fn outage_upstream(db: &TestDb) -> u16 {
         tokio_postgres::Config::from_str(&db.function_url_as("stripe")).expect("a PostgreSQL URL");
     config.get_ports().first().copied().expect("a port")
 }
+
+/// The HTTP path never drains: an SQS event holding a well-formed spilled delivery, handed to
+/// `Receiver::handle_event` (the API Gateway entry point), is refused as not an API Gateway
+/// event and writes nothing; only `handle_invocation` applies it.
+#[tokio::test]
+async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(claimonce_tests::sign::stripe());
+    let sample = sample_event("stripe/invoice.paid.json");
+    let attribute = |v: &str, t: &str| json!({"stringValue": v, "dataType": t});
+    let event = json!({"Records": [{
+        "messageId": "m-1",
+        "body": sample["body"],
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {
+            "claimonce-spill": attribute("1", "Number"),
+            "claimonce-provider": attribute("stripe", "String"),
+            "claimonce-received-at": attribute("1796070269", "Number"),
+        },
+        "eventSource": "aws:sqs",
+    }]})
+    .to_string();
+    let refused = receiver.handle_event(&event).await;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    // The same event as an invocation is drained: the delivery is applied.
+    let drained = serde_json::to_value(receiver.handle_invocation(&event).await).expect("JSON");
+    assert_eq!(drained, json!({"batchItemFailures": []}));
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+}
