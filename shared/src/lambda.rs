@@ -457,10 +457,7 @@ pub async fn run_from_env<P: Provider>(
             )));
         }
         let spill = crate::spill::Spill::from_env()?;
-        let limits = match spill {
-            Some(_) => Limits::from_env_with_spill()?,
-            None => Limits::from_env()?,
-        };
+        let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(
             Receiver::new(provider, Database::new(settings), limits, log.clone())

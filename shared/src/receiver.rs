@@ -30,22 +30,16 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// From the environment.
+    /// From the environment. With a spill queue (`SPILL_QUEUE_URL`) every body accepted must
+    /// be one it can spill, so `MAX_BODY_BYTES` then defaults to
+    /// [`crate::spill::SPILL_BODY_LIMIT`] and may not exceed it.
     pub fn from_env() -> Result<Self, ConfigError> {
-        let max = config::number("MAX_BODY_BYTES", 1 << 20)?;
-        Ok(Self {
-            max_body_bytes: usize::try_from(max).unwrap_or(usize::MAX),
-        })
-    }
-
-    /// From the environment, for a receiver with a spill queue: every body it accepts must be
-    /// one it can spill, so `MAX_BODY_BYTES` defaults to [`crate::spill::SPILL_BODY_LIMIT`]
-    /// and may not exceed it.
-    pub fn from_env_with_spill() -> Result<Self, ConfigError> {
+        let spilling = config::optional("SPILL_QUEUE_URL").is_some();
         let limit = crate::spill::SPILL_BODY_LIMIT;
-        let max = config::number("MAX_BODY_BYTES", limit as u64)?;
+        let default = if spilling { limit as u64 } else { 1 << 20 };
+        let max = config::number("MAX_BODY_BYTES", default)?;
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        if max > limit {
+        if spilling && max > limit {
             return Err(ConfigError::new(format!(
                 "MAX_BODY_BYTES is {max}, over the {limit} bytes a delivery can be spilled with \
                  (SPILL_QUEUE_URL is set): lower it, or unset it for that limit"
@@ -413,11 +407,13 @@ impl<P: Provider> Receiver<P> {
         let provider = self.provider();
         let verified = provider.verifier().verify(request.headers(), body, now)?;
         let payload_sha256: [u8; 32] = Sha256::digest(body).into();
+        // The headers the parser reads are kept only for a spill queue's message.
         let read = std::cell::RefCell::new(Vec::new());
-        let parsed = provider.parse(
-            &Signed::new(body, &payload_sha256, &verified),
-            &Unsigned::noting(request.headers(), &read),
-        )?;
+        let unsigned = match self.spill {
+            Some(_) => Unsigned::noting(request.headers(), &read),
+            None => Unsigned::new(request.headers()),
+        };
+        let parsed = provider.parse(&Signed::new(body, &payload_sha256, &verified), &unsigned)?;
         Ok(Admitted {
             parsed,
             payload_sha256,
@@ -441,29 +437,7 @@ impl<P: Provider> Receiver<P> {
         let (disposition, error) =
             match self.settle(&admitted.parsed, admitted.payload_sha256).await {
                 Ok(disposition) => (disposition, None),
-                Err(e) => match (&self.spill, e.unavailable()) {
-                    (Some(spill), Some(reason)) => {
-                        let spilled = crate::spill::Spilled {
-                            provider: self.name,
-                            event_id: admitted.parsed.event_id.as_str(),
-                            body: request.body(),
-                            message_id: admitted.message_id.as_ref().map(EventId::as_str),
-                            headers: &admitted.read_headers,
-                            received_at: unix_now(),
-                        };
-                        match spill.put(&spilled).await {
-                            Ok(()) => (
-                                Disposition::Queued,
-                                Some(format!("{}; queued ({reason})", e.summary())),
-                            ),
-                            Err(why) => (
-                                Disposition::Error,
-                                Some(format!("{}; not queued: {why}", e.summary())),
-                            ),
-                        }
-                    }
-                    _ => (Disposition::Error, Some(e.summary())),
-                },
+                Err(e) => self.keep(request.body(), &admitted, &e).await,
             };
         let parsed = admitted.parsed;
         Delivery {
@@ -472,6 +446,37 @@ impl<P: Provider> Receiver<P> {
             delivery_id: parsed.delivery_id,
             disposition,
             error,
+        }
+    }
+
+    /// A delivery whose statement failed with `e`: put on the spill queue when the database
+    /// was unavailable and there is one (`queued`), else an error; the error text says which.
+    async fn keep(
+        &self,
+        body: &[u8],
+        admitted: &Admitted<P::Event>,
+        e: &crate::db::DeliveryError,
+    ) -> (Disposition, Option<String>) {
+        let (Some(spill), Some(reason)) = (&self.spill, e.unavailable()) else {
+            return (Disposition::Error, Some(e.summary()));
+        };
+        let spilled = crate::spill::Spilled {
+            provider: self.name,
+            event_id: admitted.parsed.event_id.as_str(),
+            body,
+            message_id: admitted.message_id.as_ref().map(EventId::as_str),
+            headers: &admitted.read_headers,
+            received_at: unix_now(),
+        };
+        match spill.put(&spilled).await {
+            Ok(()) => (
+                Disposition::Queued,
+                Some(format!("{}; queued ({reason})", e.summary())),
+            ),
+            Err(why) => (
+                Disposition::Error,
+                Some(format!("{}; not queued: {why}", e.summary())),
+            ),
         }
     }
 
@@ -535,7 +540,7 @@ impl<P: Provider> Receiver<P> {
             let mut fields = Map::new();
             let (disposition, error) = match self.restore(record) {
                 Err(why) => (Disposition::Error, Some(why)),
-                Ok(Restored {
+                Ok(Reparsed {
                     parsed,
                     payload_sha256: sha,
                     received_at,
@@ -595,7 +600,7 @@ impl<P: Provider> Receiver<P> {
 
     /// A spilled message, parsed again as its webhook was: the same bytes and the headers the
     /// parser read then. Its signature was checked when it arrived; see [`crate::spill`].
-    fn restore(&self, record: &crate::spill::Record) -> Result<Restored<P::Event>, String> {
+    fn restore(&self, record: &crate::spill::Record) -> Result<Reparsed<P::Event>, String> {
         let restored = record.restore().map_err(str::to_owned)?;
         if restored.provider != self.name {
             return Err(format!(
@@ -617,7 +622,7 @@ impl<P: Provider> Receiver<P> {
                 &Unsigned::new(&restored.headers),
             )
             .map_err(|r| format!("the spilled delivery no longer parses: {}", r.detail))?;
-        Ok(Restored {
+        Ok(Reparsed {
             parsed,
             payload_sha256: sha,
             received_at: restored.received_at,
@@ -639,7 +644,7 @@ pub struct Admitted<E> {
 }
 
 /// A spilled delivery parsed again: the event, its body's hash and when it first arrived.
-struct Restored<E> {
+struct Reparsed<E> {
     parsed: Parsed<E>,
     payload_sha256: [u8; 32],
     received_at: u64,
