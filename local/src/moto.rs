@@ -51,3 +51,20 @@ pub async fn start() -> Result<String, String> {
     })?;
     Ok(format!("http://127.0.0.1:{port}"))
 }
+
+/// An SDK configuration for an endpoint on loopback (moto, or a test's stub): a fixed region
+/// and the documentation's example credentials, which neither checks.
+pub async fn aws_config_at(url: &str) -> aws_config::SdkConfig {
+    claimonce::auth::aws_config()
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        ))
+        .load()
+        .await
+}

@@ -14,13 +14,15 @@ use crate::runtime_api::{Outcome, RuntimeApi};
 
 /// An SQS client for the moto server at `url` (any credentials: moto checks none).
 pub async fn client(url: &str) -> aws_sdk_sqs::Client {
-    let config = claimonce::auth::aws_config()
-        .endpoint_url(url)
-        .region(aws_config::Region::new("us-east-1"))
-        .test_credentials()
-        .load()
-        .await;
-    aws_sdk_sqs::Client::new(&config)
+    aws_sdk_sqs::Client::new(&crate::moto::aws_config_at(url).await)
+}
+
+/// An SQS call's error, for a message: the operation, the service's code and message.
+fn sqs_error<E: std::error::Error + 'static>(operation: &str, e: &E) -> String {
+    format!(
+        "SQS {operation}: {}",
+        aws_sdk_sqs::error::DisplayErrorContext(e)
+    )
 }
 
 /// The variables a function needs to spill to `queue` on the moto server at `url`.
@@ -50,12 +52,7 @@ pub async fn create_queue(
     request
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "SQS CreateQueue {name}: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )
-        })?
+        .map_err(|e| sqs_error(&format!("CreateQueue {name}"), &e))?
         .queue_url
         .ok_or_else(|| format!("SQS CreateQueue {name}: no URL"))
 }
@@ -78,12 +75,7 @@ pub async fn receive(
         .send()
         .await
         .map(|r| r.messages.unwrap_or_default())
-        .map_err(|e| {
-            format!(
-                "SQS ReceiveMessage: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            )
-        })
+        .map_err(|e| sqs_error("ReceiveMessage", &e))
 }
 
 /// The SQS event Lambda's event source mapping makes of `messages`.
@@ -164,12 +156,7 @@ pub async fn drain_once(
                 .receipt_handle(m.receipt_handle().unwrap_or_default())
                 .send()
                 .await
-                .map_err(|e| {
-                    format!(
-                        "SQS DeleteMessage: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(&e)
-                    )
-                })?;
+                .map_err(|e| sqs_error("DeleteMessage", &e))?;
         }
     }
     Ok((messages.len(), failed.len()))

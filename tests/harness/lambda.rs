@@ -71,18 +71,23 @@ impl Deployed {
 
     /// Invokes with an API Gateway event; returns the API Gateway response payload.
     pub async fn invoke(&self, event: &Value) -> Value {
-        match self
-            .api
-            .invoke(event.to_string(), Duration::from_secs(20))
-            .await
-            .expect("the function answers")
-        {
-            Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON payload"),
-            Outcome::Error(error) => panic!(
-                "the function reported an error: {}",
-                String::from_utf8_lossy(&error)
-            ),
-        }
+        invoke(&self.api, event, Duration::from_secs(20)).await
+    }
+}
+
+/// Invokes the function behind `api` with `event`, waiting at most `timeout`; returns its
+/// payload, parsed. A function error fails the test.
+pub async fn invoke(api: &RuntimeApi, event: &Value, timeout: Duration) -> Value {
+    match api
+        .invoke(event.to_string(), timeout)
+        .await
+        .expect("the function answers")
+    {
+        Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON payload"),
+        Outcome::Error(error) => panic!(
+            "the function reported an error: {}",
+            String::from_utf8_lossy(&error)
+        ),
     }
 }
 

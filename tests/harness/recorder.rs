@@ -183,19 +183,5 @@ impl Recorder {
     }
 }
 
-/// An SDK configuration for an endpoint on loopback (the stub, or moto): a fixed region and
-/// the documentation's example credentials, which neither checks.
-pub async fn aws_config_at(url: &str) -> aws_config::SdkConfig {
-    claimonce::auth::aws_config()
-        .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(url)
-        .credentials_provider(aws_credential_types::Credentials::new(
-            "AKIDEXAMPLE",
-            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-            None,
-            None,
-            "test",
-        ))
-        .load()
-        .await
-}
+/// An SDK configuration for an endpoint on loopback (the stub, or moto).
+pub use claimonce_local::moto::aws_config_at;

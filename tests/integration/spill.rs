@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use claimonce_local::functions::{self, Function};
-use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_local::runtime_api::RuntimeApi;
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::payload_outcome;
@@ -110,19 +110,12 @@ async fn start(f: &Function, database_url: &str, queue: &str, sqs_endpoint: &str
     let env = [
         ("DATABASE_URL", database_url),
         (f.secret_var, f.dev_secret),
-        ("SPILL_QUEUE_URL", queue),
-        ("AWS_ENDPOINT_URL_SQS", sqs_endpoint),
-        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
-        (
-            "AWS_SECRET_ACCESS_KEY",
-            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-        ),
-        ("AWS_REGION", "us-east-1"),
         ("DB_CONNECT_TIMEOUT_MS", "1000"),
         ("SPILL_TIMEOUT_MS", "5000"),
     ];
     let instance = api
         .command(&binaries().await.join(f.binary), &env)
+        .envs(claimonce_local::spill::function_env(queue, sqs_endpoint))
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
@@ -131,15 +124,7 @@ async fn start(f: &Function, database_url: &str, queue: &str, sqs_endpoint: &str
 
 impl Spilling {
     async fn invoke(&self, event: &Value) -> Value {
-        match self
-            .api
-            .invoke(event.to_string(), Duration::from_secs(30))
-            .await
-            .expect("an answer")
-        {
-            Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON"),
-            Outcome::Error(e) => panic!("function error: {}", String::from_utf8_lossy(&e)),
-        }
+        claimonce_tests::lambda::invoke(&self.api, event, Duration::from_secs(30)).await
     }
 
     /// One poll of the event source mapping (`claimonce_local::spill::drain_once`), with a
@@ -160,6 +145,44 @@ async fn receive(
     claimonce_local::spill::receive(sqs, queue, visibility, 0)
         .await
         .expect("receive")
+}
+
+/// Stripe's function as most tests here start it: a database of its own behind a forwarder,
+/// and a spill queue (with its dead-letter queue after `max_receives`) in moto.
+struct StripeSpilling {
+    moto: &'static claimonce_tests::moto::Moto,
+    sqs: aws_sdk_sqs::Client,
+    db: TestDb,
+    queue: String,
+    dead: String,
+    outage: Outage,
+    through: String,
+}
+
+impl StripeSpilling {
+    async fn new(test: &str, max_receives: &str) -> Self {
+        let moto = claimonce_tests::moto::moto().await;
+        let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+        let db = TestDb::new().await;
+        let (queue, dead) = queues(
+            &sqs,
+            &format!("spill-{test}-{}", std::process::id()),
+            max_receives,
+        )
+        .await;
+        let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+            .await
+            .expect("the forwarder");
+        Self {
+            moto,
+            sqs,
+            db,
+            queue,
+            dead,
+            outage,
+            through,
+        }
+    }
 }
 
 fn signed(sample: &std::path::Path) -> Value {
@@ -276,11 +299,15 @@ async fn with_the_database_down_every_delivery_is_queued_and_the_drain_applies_e
 /// moves it to the dead-letter queue, whose depth is what the alarm reads.
 #[tokio::test]
 async fn a_message_that_fails_every_time_reaches_the_dead_letter_queue() {
-    let moto = claimonce_tests::moto::moto().await;
-    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-    let db = TestDb::new().await;
+    let StripeSpilling {
+        moto,
+        sqs,
+        db,
+        queue,
+        dead,
+        ..
+    } = StripeSpilling::new("poison", "2").await;
     let f = function("stripe");
-    let (queue, dead) = queues(&sqs, &format!("spill-poison-{}", std::process::id()), "2").await;
     let function = start(f, &db.function_url_as("stripe"), &queue, &moto.url).await;
     sqs.send_message()
         .queue_url(&queue)
@@ -354,14 +381,15 @@ fn sample(relative: &str) -> std::path::PathBuf {
 /// is queued.
 #[tokio::test]
 async fn a_slow_database_within_the_deadline_is_not_spilled() {
-    let moto = claimonce_tests::moto::moto().await;
-    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-    let db = TestDb::new().await;
+    let StripeSpilling {
+        moto,
+        sqs,
+        queue,
+        outage,
+        through,
+        ..
+    } = StripeSpilling::new("slow", "5").await;
     let f = function("stripe");
-    let (queue, _) = queues(&sqs, &format!("spill-slow-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
-        .await
-        .expect("the forwarder");
     let function = std::sync::Arc::new(start(f, &through, &queue, &moto.url).await);
     // The cold start's connection is made before the hold.
     let warm = sample_event("stripe/checkout.session.completed.json");
@@ -395,14 +423,16 @@ async fn a_slow_database_within_the_deadline_is_not_spilled() {
 /// and the next drain finds the claim taken (a duplicate) and deletes it. Applied once.
 #[tokio::test]
 async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
-    let moto = claimonce_tests::moto::moto().await;
-    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-    let db = TestDb::new().await;
+    let StripeSpilling {
+        moto,
+        sqs,
+        db,
+        queue,
+        outage,
+        through,
+        ..
+    } = StripeSpilling::new("killed", "5").await;
     let f = function("stripe");
-    let (queue, _) = queues(&sqs, &format!("spill-killed-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
-        .await
-        .expect("the forwarder");
     let receiver = start(f, &through, &queue, &moto.url).await;
     outage.down().await;
     let event = signed(&sample("stripe/invoice.paid.json"));
@@ -497,14 +527,16 @@ fn the_template_s_body_limit_is_one_a_delivery_can_be_spilled_with() {
 #[tokio::test]
 async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untried() {
     use std::sync::atomic::{AtomicU64, Ordering};
-    let moto = claimonce_tests::moto::moto().await;
-    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-    let db = TestDb::new().await;
+    let StripeSpilling {
+        moto,
+        sqs,
+        db,
+        queue,
+        outage,
+        through,
+        ..
+    } = StripeSpilling::new("untried", "5").await;
     let f = function("stripe");
-    let (queue, _) = queues(&sqs, &format!("spill-untried-{}", std::process::id()), "5").await;
-    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
-        .await
-        .expect("the forwarder");
     let receiver = start(f, &through, &queue, &moto.url).await;
     outage.down().await;
     for name in [
