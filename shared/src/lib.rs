@@ -138,6 +138,8 @@ mod response;
 #[doc(hidden)]
 pub mod scheduled;
 pub mod secrets;
+#[doc(hidden)]
+pub mod sender_api;
 pub mod spill;
 pub mod timestamp;
 pub mod verify;
@@ -146,7 +148,7 @@ pub use effect::{EffectError, Tx};
 pub use lambda::{run_from_env, serve};
 pub use pipeline::{Effect, Forwardable, Param};
 pub use provider::{EventId, MAX_EVENT_ID_LEN, Parsed, Provider, Signed, Unsigned};
-pub use receiver::{Admitted, Limits, Receiver};
+pub use receiver::{Admitted, Limits, Receiver, Recovered};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].
 pub use tokio_postgres::types::Type;

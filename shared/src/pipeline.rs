@@ -308,8 +308,9 @@ pub(crate) struct Claim<'a> {
     pub event_id: &'a str,
     /// The provider's event type.
     pub event_type: &'a str,
-    /// SHA-256 of the raw body.
-    pub payload_sha256: [u8; 32],
+    /// SHA-256 of the raw body; none for an event read from its sender's API, whose JSON is
+    /// not the bytes a webhook carried.
+    pub payload_sha256: Option<[u8; 32]>,
 }
 
 /// How the delivery statement ended.
@@ -369,7 +370,7 @@ async fn send(
     claim: &Claim<'_>,
     effect: Option<&Effect>,
 ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    let hash: &[u8] = &claim.payload_sha256;
+    let hash: Option<&[u8]> = claim.payload_sha256.as_ref().map(|h| h.as_slice());
     let call = effect.and_then(Effect::call_parts);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
         Vec::with_capacity(CLAIM_PARAMS + call.map_or(0, |(_, p, _)| p.len()));

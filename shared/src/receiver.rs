@@ -434,11 +434,13 @@ impl<P: Provider> Receiver<P> {
             }
             Err(r) => return Delivery::rejected(r),
         };
-        let (disposition, error) =
-            match self.settle(&admitted.parsed, admitted.payload_sha256).await {
-                Ok(disposition) => (disposition, None),
-                Err(e) => self.keep(request.body(), &admitted, &e).await,
-            };
+        let (disposition, error) = match self
+            .settle(&admitted.parsed, Some(admitted.payload_sha256))
+            .await
+        {
+            Ok(disposition) => (disposition, None),
+            Err(e) => self.keep(request.body(), &admitted, &e).await,
+        };
         let parsed = admitted.parsed;
         Delivery {
             event_id: Some(parsed.event_id),
@@ -485,7 +487,7 @@ impl<P: Provider> Receiver<P> {
     async fn settle(
         &self,
         parsed: &Parsed<P::Event>,
-        payload_sha256: [u8; 32],
+        payload_sha256: Option<[u8; 32]>,
     ) -> Result<Disposition, crate::db::DeliveryError> {
         let claim = Claim {
             provider: self.name,
@@ -505,7 +507,13 @@ impl<P: Provider> Receiver<P> {
             Finished::Processed => Ok(Disposition::Processed),
             Finished::Ignored => Ok(Disposition::Ignored),
             Finished::Duplicate { stored_sha256 } => {
-                if stored_sha256.is_some_and(|h| h.as_slice() != claim.payload_sha256.as_slice()) {
+                // An event from the sender's API has no fingerprint, and a webhook after one
+                // finds none stored: neither is compared.
+                let differs = match (&stored_sha256, &claim.payload_sha256) {
+                    (Some(stored), Some(ours)) => stored.as_slice() != ours.as_slice(),
+                    _ => false,
+                };
+                if differs {
                     let mut fields = Map::new();
                     fields.insert("provider".into(), claim.provider.into());
                     fields.insert("event_id".into(), parsed.event_id.as_str().into());
@@ -555,7 +563,7 @@ impl<P: Provider> Receiver<P> {
                             Disposition::Error,
                             Some(format!("not tried: the database is unavailable ({reason})")),
                         ),
-                        None => match self.settle(&parsed, sha).await {
+                        None => match self.settle(&parsed, Some(sha)).await {
                             Ok(disposition) => (disposition, None),
                             Err(e) => {
                                 unavailable = e.unavailable();
@@ -628,6 +636,82 @@ impl<P: Provider> Receiver<P> {
             received_at: restored.received_at,
         })
     }
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Applies an event read from its sender's own API (a recover function's: Stripe's
+    /// `GET /v1/events`) through the same claim and effect as its webhook. `body` is the
+    /// event's JSON as the API returned it, parsed by the provider's parser with no headers;
+    /// no signature covers it (the API was reached over verified TLS with the account's key:
+    /// ARCHITECTURE.md "Recovery from the senders' records"), and the claim stores no payload
+    /// fingerprint, because the API's JSON is not the bytes the webhook carried. An event that
+    /// did arrive is a duplicate; one that did not is applied once. One log line per event
+    /// (`recovered`); the run's counts are the caller's report.
+    pub async fn recover(&self, body: &[u8]) -> Recovered {
+        let started = Instant::now();
+        let verified = crate::verify::Verified { message_id: None };
+        let sha: [u8; 32] = Sha256::digest(body).into();
+        let headers = http::HeaderMap::new();
+        let provider = self.provider();
+        let parsed = provider.parse(
+            &Signed::new(body, &sha, &verified),
+            &Unsigned::new(&headers),
+        );
+        let recovered = match parsed {
+            Err(r) => Recovered {
+                event_id: None,
+                disposition: Disposition::Rejected(r.clone()),
+                error: Some(format!("the event does not parse: {}", r.detail)),
+                unavailable: None,
+            },
+            Ok(parsed) => {
+                let (disposition, error, unavailable) = match self.settle(&parsed, None).await {
+                    Ok(d) => (d, None, None),
+                    Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
+                };
+                Recovered {
+                    event_id: Some(parsed.event_id),
+                    disposition,
+                    error,
+                    unavailable,
+                }
+            }
+        };
+        let mut fields = Map::new();
+        fields.insert("provider".into(), self.name.into());
+        if let Some(id) = &recovered.event_id {
+            fields.insert("event_id".into(), id.as_str().into());
+        }
+        fields.insert("disposition".into(), recovered.disposition.name().into());
+        if let Some(error) = &recovered.error {
+            fields.insert("error".into(), error.as_str().into());
+        }
+        fields.insert(
+            "latency_ms".into(),
+            (started.elapsed().as_secs_f64() * 1000.0).into(),
+        );
+        let level = if recovered.error.is_some() {
+            Level::Error
+        } else {
+            Level::Info
+        };
+        self.log.write(level, "recovered", fields);
+        recovered
+    }
+}
+
+/// What [`Receiver::recover`] did with one event.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The event's id, when it parsed.
+    pub event_id: Option<EventId>,
+    /// Processed, ignored, duplicate, rejected (it does not parse) or error.
+    pub disposition: Disposition,
+    /// Why it was not applied, data-free.
+    pub error: Option<String>,
+    /// When the database was unavailable (the cause's name, as a spill names it): the caller
+    /// stops, and the next run tries again.
+    pub unavailable: Option<&'static str>,
 }
 
 /// A request that passed every check before the database.

@@ -48,17 +48,20 @@ impl Budget {
 }
 
 /// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
-/// schedule) gets a budget ending `margin` before its deadline and is answered with the
-/// report `job` returns.
+/// schedule, or an operator's `aws lambda invoke --payload`) gets a budget ending `margin`
+/// before its deadline and the event, and is answered with the report `job` returns.
 pub async fn serve<F, Fut>(margin: Duration, job: F) -> Result<(), lambda_runtime::Error>
 where
-    F: Fn(Budget) -> Fut,
+    F: Fn(Budget, Value) -> Fut,
     Fut: std::future::Future<Output = Result<Value, lambda_runtime::Error>> + Send,
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Value>| {
             crate::log::begin(&event.context);
-            job(Budget::before_deadline(event.context.deadline(), margin))
+            job(
+                Budget::before_deadline(event.context.deadline(), margin),
+                event.payload,
+            )
         },
     ))
     .await
@@ -86,6 +89,59 @@ pub fn finish_report(
         line.insert("error".into(), e.into());
     }
     crate::metrics::embed(line, &[("Function", function)], metrics);
+}
+
+/// What a recover function's run found and did, for its report line's metrics (by the single
+/// dimension `Provider`, which the template's recovery alarms name).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Events applied (Stripe: read from its API) or redeliveries requested (GitHub).
+    pub recovered: u64,
+    /// Events found already applied (their webhook did arrive); `None` where the function
+    /// applies nothing itself (GitHub's asks for redeliveries), and the metric is left out.
+    pub duplicates: Option<u64>,
+    /// Failures seen and not recovered by this run: the apply failed, or the run stopped
+    /// (budget, rate limit, the per-run cap) before it got to them.
+    pub still_failing: u64,
+    /// Age in seconds of the oldest failure seen and not recovered, or of the oldest one a
+    /// redelivery was just asked for (GitHub's outcome is known only at the next run); 0
+    /// when there is none. The alarm on it fires well before the sender's window closes.
+    pub oldest_failure_age_seconds: u64,
+}
+
+/// Adds a recover function's run metrics to its report line: `Recovered`,
+/// `RecoveredDuplicates`, `RecoveryStillFailing` and `RecoveryOldestFailureAgeSeconds` by
+/// `Provider`, with `duration_ms` and the `error` if the run failed.
+pub fn finish_recovery_report(
+    line: &mut Map<String, Value>,
+    started: Instant,
+    error: Option<&str>,
+    provider: &str,
+    counts: &Recovery,
+) {
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    line.insert("duration_ms".into(), ms.into());
+    if let Some(e) = error {
+        line.insert("error".into(), e.into());
+    }
+    let count = |name, value: u64| Metric {
+        name,
+        unit: "Count",
+        value: value as f64,
+    };
+    let mut metrics = vec![
+        count("Recovered", counts.recovered),
+        count("RecoveryStillFailing", counts.still_failing),
+        Metric {
+            name: "RecoveryOldestFailureAgeSeconds",
+            unit: "Seconds",
+            value: counts.oldest_failure_age_seconds as f64,
+        },
+    ];
+    if let Some(duplicates) = counts.duplicates {
+        metrics.push(count("RecoveredDuplicates", duplicates));
+    }
+    crate::metrics::embed(line, &[("Provider", provider)], &metrics);
 }
 
 #[cfg(test)]

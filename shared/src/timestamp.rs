@@ -106,6 +106,38 @@ pub fn rfc3339_from_unix(seconds: i64) -> Option<String> {
     })
 }
 
+/// Seconds since the Unix epoch of an RFC 3339 date-time that [`is_rfc3339`] accepts (the
+/// fraction dropped, the offset applied); `None` for anything else. How the recover functions
+/// read a sender's `delivered_at`.
+pub fn unix_from_rfc3339(s: &str) -> Option<i64> {
+    if !is_rfc3339(s) {
+        return None;
+    }
+    let num = |from: usize, to: usize| s.get(from..to)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let of_day = num(11, 13)? * 3600 + num(14, 16)? * 60 + num(17, 19)?;
+    // Days from the civil date, the inverse of `civil` (H. Hinnant's `days_from_civil`).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let zone = s.get(s.len().checked_sub(6)?..)?;
+    let offset = if zone.starts_with('+') || zone.starts_with('-') {
+        let minutes = num(s.len() - 5, s.len() - 3)? * 60 + num(s.len() - 2, s.len())?;
+        if zone.starts_with('-') {
+            -minutes * 60
+        } else {
+            minutes * 60
+        }
+    } else {
+        0
+    };
+    Some(days * 86_400 + of_day - offset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,8 +201,26 @@ mod tests {
             Some("1969-12-31T23:59:59Z")
         );
         assert_eq!(rfc3339_from_unix(i64::MAX), None);
-        for s in [0, 951_782_400, 1_700_000_000, 253_402_300_799] {
-            assert!(is_rfc3339(&rfc3339_from_unix(s).expect("in range")));
+        for s in [
+            0,
+            951_782_400,
+            1_700_000_000,
+            253_402_300_799,
+            -62_135_596_800,
+        ] {
+            let text = rfc3339_from_unix(s).expect("in range");
+            assert!(is_rfc3339(&text));
+            assert_eq!(unix_from_rfc3339(&text), Some(s), "{text}");
         }
+        assert_eq!(
+            unix_from_rfc3339("2023-11-14T23:13:20.999+01:00"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            unix_from_rfc3339("2023-11-14T20:13:20-02:00"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(unix_from_rfc3339("2023-02-29T00:00:00Z"), None);
+        assert_eq!(unix_from_rfc3339("yesterday"), None);
     }
 }

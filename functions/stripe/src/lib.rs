@@ -19,7 +19,9 @@ pub const PROVIDER: &str = "stripe";
 /// The Stripe receiver's provider half.
 #[derive(Debug, Clone)]
 pub struct Stripe {
-    verifier: TimestampV1,
+    /// `None` for the recover function's provider, which reads Stripe's API and takes no
+    /// webhooks.
+    verifier: Option<TimestampV1>,
 }
 
 impl Stripe {
@@ -27,7 +29,15 @@ impl Stripe {
     pub fn new(secrets: &[&str], tolerance: u64) -> Result<Self, ConfigError> {
         let verifier = TimestampV1::new(SIGNATURE_HEADER, secrets, tolerance)
             .ok_or_else(|| ConfigError::new("STRIPE_WEBHOOK_SECRET holds no secret".into()))?;
-        Ok(Self { verifier })
+        Ok(Self {
+            verifier: Some(verifier),
+        })
+    }
+
+    /// The provider of `stripe-recover`: Stripe's parser and effects, with no webhook secret
+    /// (it verifies nothing and refuses every signature; the events come from Stripe's API).
+    pub fn without_webhooks() -> Self {
+        Self { verifier: None }
     }
 
     /// From the secrets' text, comma-separated during a rotation (`STRIPE_WEBHOOK_SECRET`, or the
@@ -298,7 +308,10 @@ impl Provider for Stripe {
     }
 
     fn verifier(&self) -> &dyn Verify {
-        &self.verifier
+        match &self.verifier {
+            Some(verifier) => verifier,
+            None => &claimonce::verify::NoWebhooks,
+        }
     }
 
     fn parse(
