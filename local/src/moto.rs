@@ -2,12 +2,32 @@
 //! version from `scripts/test-tools.txt`, installed by `scripts/test-tools` into a private
 //! virtualenv the first time (which needs PyPI once), started on a free loopback port and
 //! stopped, by the same watchdog as the private PostgreSQL, when the process that started it
-//! ends however it ends. The tests' SQS and Secrets Manager, and the local run's spill queues.
+//! ends however it ends. The tests' SQS and Secrets Manager, and the local run's spill queues;
+//! localstripe, Stripe's API for the recover function's tests, is started the same way.
 
 use std::time::Duration;
 
 /// `http://127.0.0.1:<port>` of a moto server this process started.
 pub async fn start() -> Result<String, String> {
+    emulator("moto_server", |port| {
+        vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port]
+    })
+    .await
+}
+
+/// `http://127.0.0.1:<port>` of a localstripe this process started (a stateful emulator of
+/// Stripe's API from PyPI, pinned beside moto): the recover function's tests read real event
+/// objects from it.
+pub async fn localstripe() -> Result<String, String> {
+    emulator("localstripe", |port| {
+        vec!["--port".into(), port, "--from-scratch".into()]
+    })
+    .await
+}
+
+/// Starts `program` of the pinned emulators (installed by `scripts/test-tools`) with the
+/// arguments `args` makes of a free loopback port, and waits until it accepts a connection.
+async fn emulator(program: &str, args: impl Fn(String) -> Vec<String>) -> Result<String, String> {
     let script = crate::functions::workspace_root().join("scripts/test-tools");
     let tools = tokio::process::Command::new(&script)
         .output()
@@ -15,24 +35,15 @@ pub async fn start() -> Result<String, String> {
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !tools.status.success() {
         return Err(format!(
-            "scripts/test-tools (installs moto into a private virtualenv): {}",
+            "scripts/test-tools (installs the emulators into a private virtualenv): {}",
             String::from_utf8_lossy(&tools.stderr).trim()
         ));
     }
     let bin = std::path::PathBuf::from(String::from_utf8_lossy(&tools.stdout).trim());
     let port = crate::postgres::free_loopback_port().map_err(|e| e.to_string())?;
-    let log = std::env::temp_dir().join(format!("claimonce-moto-{}.log", std::process::id()));
-    crate::postgres::supervise_as_self(
-        &bin.join("moto_server"),
-        &[
-            "-H".into(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            port.to_string(),
-        ],
-        &log,
-    )
-    .map_err(|e| format!("moto_server: {e}"))?;
+    let log = std::env::temp_dir().join(format!("claimonce-{program}-{}.log", std::process::id()));
+    crate::postgres::supervise_as_self(&bin.join(program), &args(port.to_string()), &log)
+        .map_err(|e| format!("{program}: {e}"))?;
     // Up once it accepts a connection; bounded, so a server that never starts is an error.
     tokio::time::timeout(Duration::from_secs(60), async {
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -43,12 +54,7 @@ pub async fn start() -> Result<String, String> {
         }
     })
     .await
-    .map_err(|_| {
-        format!(
-            "moto_server did not listen on {port}; see {}",
-            log.display()
-        )
-    })?;
+    .map_err(|_| format!("{program} did not listen on {port}; see {}", log.display()))?;
     Ok(format!("http://127.0.0.1:{port}"))
 }
 

@@ -27,11 +27,35 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long to wait after a rate-limited answer that says nothing of when to come back.
 pub const DEFAULT_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
 
+/// The HTTPS client of the functions' own calls out (a sender's API, CloudFormation's
+/// pre-signed response URL): HTTP/1 on rustls with ring and the public web roots; plain
+/// `http` only where the caller allows it (a loopback test server).
+pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A new [`HttpsClient`].
+pub fn https_client() -> Result<HttpsClient, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|_| "TLS protocol versions unavailable".to_owned())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
 /// One sender's API: its base URL and the client that reaches it.
 #[derive(Clone)]
 pub struct Api {
     base: String,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: HttpsClient,
     user_agent: HeaderValue,
 }
 
@@ -113,21 +137,7 @@ impl Api {
         if uri.query().is_some() {
             return Err("a base URL has no query".into());
         }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|_| "TLS protocol versions unavailable".to_owned())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let client = https_client()?;
         let user_agent = HeaderValue::from_static(concat!("claimonce/", env!("CARGO_PKG_VERSION")));
         Ok(Self {
             base,

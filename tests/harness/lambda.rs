@@ -97,3 +97,69 @@ pub fn sample_event(relative: &str) -> Value {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("event JSON")
 }
+
+/// A scheduled function's binary (a recover function, the sweep) in one execution environment
+/// under the Runtime API emulator: several invocations reach the same process, as a warm
+/// Lambda environment's do. Its log lines are kept, for the test to read.
+#[derive(Debug)]
+pub struct Scheduled {
+    api: RuntimeApi,
+    log: PathBuf,
+    _instance: Child,
+}
+
+/// How a scheduled invocation ended: its answer, or the error it reported.
+pub type Ran = Result<Value, String>;
+
+impl Scheduled {
+    /// Starts `binary` with `env`.
+    pub async fn start(binary: &str, env: &[(&str, &str)]) -> Self {
+        let api = RuntimeApi::start(binary).await.expect("runtime api");
+        let log = std::env::temp_dir().join(format!(
+            "claimonce-{binary}-{}-{}.log",
+            std::process::id(),
+            api.address().rsplit(':').next().unwrap_or("0")
+        ));
+        let file = std::fs::File::create(&log).expect("a log file");
+        let mut command = api.command(&binaries().await.join(binary), env);
+        command.stdout(file);
+        let instance = command.spawn().expect("spawn the function binary");
+        Self {
+            api,
+            log,
+            _instance: instance,
+        }
+    }
+
+    /// One invocation with `event`, given `timeout` (the invocation's deadline).
+    pub async fn run_within(&self, event: &Value, timeout: Duration) -> Ran {
+        match self
+            .api
+            .invoke(event.to_string(), timeout)
+            .await
+            .expect("the function answers")
+        {
+            Outcome::Response(payload) => Ok(serde_json::from_slice(&payload).expect("JSON")),
+            Outcome::Error(error) => Err(String::from_utf8_lossy(&error).into_owned()),
+        }
+    }
+
+    /// One invocation as the schedule makes it, with a minute to run.
+    pub async fn run(&self) -> Ran {
+        self.run_within(
+            &serde_json::json!({"source": "aws.scheduler"}),
+            Duration::from_secs(60),
+        )
+        .await
+    }
+
+    /// The JSON lines the function wrote whose `message` is `message`.
+    pub fn lines(&self, message: &str) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["message"] == message)
+            .collect()
+    }
+}

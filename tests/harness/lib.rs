@@ -11,6 +11,7 @@ pub mod operations;
 pub mod proxy;
 pub mod recorder;
 pub mod roles;
+pub mod senders;
 pub mod sign;
 pub mod tls;
 

@@ -10,6 +10,7 @@ mod migrations;
 mod observability;
 mod outbox;
 mod production_auth;
+mod recover;
 mod resend;
 mod retention;
 mod round_trips;

@@ -346,7 +346,8 @@ impl Recoverer {
             .lock()
             .ok()
             .and_then(|q| *q)
-            .and_then(|until| until.checked_duration_since(Instant::now()));
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
         match quiet {
             Some(left) => report.rate_limited_seconds = Some(left.as_secs().max(1)),
             None => self.recover(budget, &mut report).await,

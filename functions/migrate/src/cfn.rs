@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -111,7 +109,8 @@ pub const PUT_ATTEMPTS: u32 = 3;
 /// No `Content-Type` header is sent: the URL is pre-signed for a PUT without one.
 pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
     let body = serde_json::to_vec(response).map_err(|_| PutFailed("encoding".into()))?;
-    let client = https_client()?;
+    // https for CloudFormation's S3 URL; plain http is accepted for a loopback test server.
+    let client = claimonce::sender_api::https_client().map_err(PutFailed)?;
     let mut last = String::new();
     for attempt in 0..PUT_ATTEMPTS {
         if attempt > 0 {
@@ -133,25 +132,4 @@ pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
         }
     }
     Err(PutFailed(last))
-}
-
-type Https = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
-
-fn https_client() -> Result<Client<Https, Full<Bytes>>, PutFailed> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    // The same single crypto provider as the database connection (ring).
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|_| PutFailed("TLS protocol versions unavailable".into()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    // https for CloudFormation's S3 URL; plain http is accepted for a loopback test server.
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
 }

@@ -1,0 +1,604 @@
+//! Stand-ins for the senders' own APIs that the recover functions call, each following the
+//! provider's published contract for exactly those calls:
+//!
+//! - [`GitHubApi`]: GitHub's REST description of `GET /app/hook/deliveries` (newest first,
+//!   `per_page` up to 100, cursor paging in a `Link` header) and
+//!   `POST /app/hook/deliveries/{delivery_id}/attempts` (202), authenticated by an App JWT it
+//!   checks against the App's public key as GitHub does (RS256, `iss` the App, `exp` after now
+//!   and at most ten minutes ahead, `iat` not in the future); and GitHub's rate-limit answer
+//!   (403 with `x-ratelimit-remaining: 0` and `x-ratelimit-reset`).
+//! - [`StripeApi`]: Stripe's API reference of `GET /v1/events` (`delivery_success`,
+//!   `created[gte|lte]`, `limit` 1 to 100, `starting_after`, newest first, `has_more`), a
+//!   secret or restricted key as a bearer token, and its 429. Its events are either the test's
+//!   own or read from localstripe (the real emulator, which lists events with `created` and
+//!   `starting_after` but has no `delivery_success` filter, returns them oldest first and
+//!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use http_body_util::Full;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::sign::now;
+
+type Reply = hyper::Response<Full<Bytes>>;
+
+fn reply(status: u16, headers: &[(&str, String)], body: Value) -> Reply {
+    let mut response = hyper::Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).expect("status");
+    response.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    for (name, value) in headers {
+        response.headers_mut().insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            value.parse().expect("value"),
+        );
+    }
+    response
+}
+
+/// The query's parameters, percent-decoded where a test needs it (brackets).
+fn query(uri: &hyper::Uri) -> Vec<(String, String)> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (k.replace("%5B", "[").replace("%5D", "]"), v.to_owned())
+        })
+        .collect()
+}
+
+/// One attempt of a GitHub App webhook delivery.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The attempt's id.
+    pub id: u64,
+    /// The delivery's guid (`X-GitHub-Delivery`).
+    pub guid: String,
+    /// When it was made (Unix seconds).
+    pub delivered_at: u64,
+    /// The receiver's status (0: not reached).
+    pub status_code: u16,
+    /// A redelivery.
+    pub redelivery: bool,
+    /// The API Gateway event the delivery was: what a redelivery sends again.
+    pub request: Value,
+}
+
+#[derive(Debug, Default)]
+struct GitHubState {
+    app_id: String,
+    public_key: Vec<u8>,
+    attempts: Vec<Attempt>,
+    page_size: usize,
+    requests: Vec<String>,
+    redeliveries: Vec<u64>,
+    /// The request (1-based count) answered with a rate limit, and its reset from now.
+    rate_limit_at: Option<(usize, u64)>,
+    refused_jwts: Vec<String>,
+}
+
+/// GitHub's App webhook deliveries API.
+#[derive(Debug, Clone)]
+pub struct GitHubApi {
+    /// `http://127.0.0.1:<port>`, `GITHUB_API_URL`.
+    pub url: String,
+    state: Arc<Mutex<GitHubState>>,
+    /// Permits for answering redelivery requests: none means each waits for the test.
+    held: Arc<Mutex<Option<Arc<Semaphore>>>>,
+    /// Redelivery requests waiting for a permit.
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The test App's id, private key (PKCS#1 PEM, as GitHub hands it out) and public key (DER).
+pub fn test_app() -> (&'static str, String, Vec<u8>) {
+    let dir = claimonce_local::functions::workspace_root().join("tests/fixtures/github-app");
+    let pem = std::fs::read_to_string(dir.join("private-key.pem")).expect("the test App's key");
+    let public = std::fs::read(dir.join("public-key.der")).expect("its public key");
+    ("424242", pem, public)
+}
+
+impl GitHubApi {
+    /// Starts the stand-in for App `app_id`, whose public key is `public_key` (RSAPublicKey
+    /// DER), serving at most `page_size` deliveries per page.
+    pub async fn start(app_id: &str, public_key: Vec<u8>, page_size: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(GitHubState {
+            app_id: app_id.to_owned(),
+            public_key,
+            page_size,
+            ..GitHubState::default()
+        }));
+        let held: Arc<Mutex<Option<Arc<Semaphore>>>> = Arc::default();
+        let api = Self {
+            url,
+            state,
+            held,
+            waiting: Arc::default(),
+        };
+        let served = api.clone();
+        tokio::spawn(claimonce_local::http::serve(listener, move |request| {
+            let api = served.clone();
+            async move { api.answer(request).await }
+        }));
+        api
+    }
+
+    /// Adds an attempt to GitHub's record.
+    pub fn add(&self, attempt: Attempt) {
+        self.state.lock().expect("state").attempts.push(attempt);
+    }
+
+    /// The attempt ids redeliveries were asked for, in order.
+    pub fn redeliveries(&self) -> Vec<u64> {
+        self.state.lock().expect("state").redeliveries.clone()
+    }
+
+    /// Every request's method and path, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().expect("state").requests.clone()
+    }
+
+    /// Why JWTs were refused, in order.
+    pub fn refused_jwts(&self) -> Vec<String> {
+        self.state.lock().expect("state").refused_jwts.clone()
+    }
+
+    /// The `n`th request from now on (1-based) is answered with GitHub's rate limit, whose reset
+    /// is `reset_in` seconds away.
+    pub fn rate_limit_request(&self, n: usize, reset_in: u64) {
+        let mut state = self.state.lock().expect("state");
+        let at = state.requests.len() + n;
+        state.rate_limit_at = Some((at, reset_in));
+    }
+
+    /// Redelivery requests wait until the test adds permits to the semaphore returned.
+    pub fn hold_redeliveries(&self) -> Arc<Semaphore> {
+        let semaphore = Arc::new(Semaphore::new(0));
+        *self.held.lock().expect("held") = Some(Arc::clone(&semaphore));
+        semaphore
+    }
+
+    /// Redelivery requests held now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The attempt `id`.
+    pub fn attempt(&self, id: u64) -> Attempt {
+        let state = self.state.lock().expect("state");
+        state
+            .attempts
+            .iter()
+            .find(|a| a.id == id)
+            .cloned()
+            .expect("a known attempt")
+    }
+
+    async fn answer(&self, request: hyper::Request<hyper::body::Incoming>) -> Reply {
+        let path = request.uri().path().to_owned();
+        let method = request.method().clone();
+        let line = format!("{method} {path}");
+        let auth = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let q = query(request.uri());
+        let held = self.held.lock().expect("held").clone();
+        if method == hyper::Method::POST
+            && let Some(semaphore) = held
+        {
+            use std::sync::atomic::Ordering;
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            semaphore.acquire().await.expect("permit").forget();
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        let mut state = self.state.lock().expect("state");
+        state.requests.push(line);
+        if let Some((at, reset_in)) = state.rate_limit_at
+            && state.requests.len() == at
+        {
+            state.rate_limit_at = None;
+            return reply(
+                403,
+                &[
+                    ("x-ratelimit-limit", "5000".into()),
+                    ("x-ratelimit-remaining", "0".into()),
+                    ("x-ratelimit-reset", (now() + reset_in).to_string()),
+                ],
+                json!({"message": "API rate limit exceeded",
+                       "documentation_url": "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"}),
+            );
+        }
+        if let Err(why) = check_jwt(auth.as_deref(), &state.app_id, &state.public_key) {
+            state.refused_jwts.push(why.clone());
+            return reply(
+                401,
+                &[],
+                json!({"message": why, "documentation_url": "https://docs.github.com/rest"}),
+            );
+        }
+        if method == hyper::Method::GET && path == "/app/hook/deliveries" {
+            let per_page = q
+                .iter()
+                .find(|(k, _)| k == "per_page")
+                .and_then(|(_, v)| v.parse::<usize>().ok())
+                .unwrap_or(30)
+                .min(100)
+                .min(state.page_size);
+            let offset = q
+                .iter()
+                .find(|(k, _)| k == "cursor")
+                .and_then(|(_, v)| v.strip_prefix("v1_"))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut sorted = state.attempts.clone();
+            sorted.sort_by_key(|a| std::cmp::Reverse((a.delivered_at, a.id)));
+            let page: Vec<Value> = sorted
+                .iter()
+                .skip(offset)
+                .take(per_page)
+                .map(|a| {
+                    json!({
+                        "id": a.id, "guid": a.guid,
+                        "delivered_at": claimonce::timestamp::rfc3339_from_unix(a.delivered_at as i64),
+                        "redelivery": a.redelivery, "duration": 0.27,
+                        "status": if (200..400).contains(&a.status_code) { "OK" } else { "Invalid HTTP Response: 500" },
+                        "status_code": a.status_code, "event": "issues", "action": "opened",
+                        "installation_id": 1, "repository_id": 1,
+                    })
+                })
+                .collect();
+            let mut headers = Vec::new();
+            if offset + per_page < sorted.len() {
+                headers.push((
+                    "link",
+                    format!(
+                        "<{}/app/hook/deliveries?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
+                        self.url,
+                        offset + per_page
+                    ),
+                ));
+            }
+            return reply(200, &headers, Value::Array(page));
+        }
+        if method == hyper::Method::POST
+            && let Some(id) = path
+                .strip_prefix("/app/hook/deliveries/")
+                .and_then(|p| p.strip_suffix("/attempts"))
+                .and_then(|id| id.parse::<u64>().ok())
+        {
+            if !state.attempts.iter().any(|a| a.id == id) {
+                return reply(404, &[], json!({"message": "Not Found"}));
+            }
+            state.redeliveries.push(id);
+            return reply(202, &[], json!({}));
+        }
+        reply(404, &[], json!({"message": "Not Found"}))
+    }
+}
+
+/// GitHub's checks of an App JWT: RS256 over `header.claims` with the App's key, `iss` the
+/// App, `exp` in the future and at most ten minutes away, `iat` not in the future.
+fn check_jwt(authorization: Option<&str>, app_id: &str, public_key: &[u8]) -> Result<(), String> {
+    let token = authorization
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .ok_or("A JSON web token could not be decoded")?;
+    let mut parts = token.split('.');
+    let (Some(header), Some(claims), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("A JSON web token could not be decoded".into());
+    };
+    let decode = |part: &str| {
+        URL_SAFE_NO_PAD
+            .decode(part)
+            .map_err(|_| "A JSON web token could not be decoded".to_owned())
+    };
+    let header: Value = serde_json::from_slice(&decode(header)?).map_err(|_| "bad header")?;
+    if header["alg"] != "RS256" {
+        return Err("The JWT's alg is not RS256".into());
+    }
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        public_key,
+    );
+    let signed = token.rsplit_once('.').map_or("", |(s, _)| s);
+    key.verify(signed.as_bytes(), &decode(signature)?)
+        .map_err(|_| "A JSON web token could not be decoded (signature)".to_owned())?;
+    let claims: Value = serde_json::from_slice(&decode(claims)?).map_err(|_| "bad claims")?;
+    let (iat, exp) = (
+        claims["iat"].as_u64().ok_or("no iat")?,
+        claims["exp"].as_u64().ok_or("no exp")?,
+    );
+    let now = now();
+    if claims["iss"] != app_id {
+        return Err("'Issuer' claim ('iss') must be the App".into());
+    }
+    if exp <= now {
+        return Err(
+            "'Expiration time' claim ('exp') must be a numeric value representing the future time"
+                .into(),
+        );
+    }
+    if exp > now + 600 {
+        return Err("'Expiration time' claim ('exp') is too far in the future".into());
+    }
+    if iat > now {
+        return Err(
+            "'Issued at' claim ('iat') must be an Integer representing a time in the past".into(),
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct StripeState {
+    key: String,
+    /// The test's own events and whether each one's delivery succeeded, in creation order.
+    events: Vec<(Value, bool)>,
+    /// Events read from localstripe whose delivery succeeded (the rest did not).
+    delivered: Vec<String>,
+    page_size: usize,
+    requests: usize,
+    rate_limit_at: Option<usize>,
+}
+
+/// Stripe's events API.
+#[derive(Debug, Clone)]
+pub struct StripeApi {
+    /// `http://127.0.0.1:<port>`, `STRIPE_API_BASE`.
+    pub url: String,
+    state: Arc<Mutex<StripeState>>,
+    /// localstripe's URL and key, when the events are localstripe's.
+    upstream: Option<(String, String)>,
+}
+
+impl StripeApi {
+    /// Starts the stand-in accepting `key`, serving at most `page_size` events per page,
+    /// with the test's own events, or localstripe's (`upstream`: its URL and an `sk_` key).
+    pub async fn start(key: &str, page_size: usize, upstream: Option<(String, String)>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(StripeState {
+            key: key.to_owned(),
+            page_size,
+            ..StripeState::default()
+        }));
+        let api = Self {
+            url,
+            state,
+            upstream,
+        };
+        let served = api.clone();
+        tokio::spawn(claimonce_local::http::serve(listener, move |request| {
+            let api = served.clone();
+            async move { api.answer(request).await }
+        }));
+        api
+    }
+
+    /// Adds one of the test's events, its webhook delivered or not.
+    pub fn add(&self, event: &[u8], delivered: bool) {
+        let event: Value = serde_json::from_slice(event).expect("an event");
+        self.state
+            .lock()
+            .expect("state")
+            .events
+            .push((event, delivered));
+    }
+
+    /// Marks a localstripe event's delivery as successful.
+    pub fn delivered(&self, id: &str) {
+        self.state
+            .lock()
+            .expect("state")
+            .delivered
+            .push(id.to_owned());
+    }
+
+    /// The `n`th request from now on (1-based) is answered 429.
+    pub fn rate_limit_request(&self, n: usize) {
+        let mut state = self.state.lock().expect("state");
+        state.rate_limit_at = Some(state.requests + n);
+    }
+
+    /// Requests so far.
+    pub fn requests(&self) -> usize {
+        self.state.lock().expect("state").requests
+    }
+
+    /// Every event, oldest first, with whether its delivery succeeded.
+    async fn events(&self) -> Vec<(Value, bool)> {
+        let Some((url, key)) = &self.upstream else {
+            return self.state.lock().expect("state").events.clone();
+        };
+        // localstripe lists oldest first and has no delivery_success: read everything.
+        let listed = localstripe_events(url, key).await;
+        let delivered = self.state.lock().expect("state").delivered.clone();
+        listed
+            .iter()
+            .map(|e| {
+                let id = e["id"].as_str().unwrap_or("").to_owned();
+                (e.clone(), delivered.contains(&id))
+            })
+            .collect()
+    }
+
+    async fn answer(&self, request: hyper::Request<hyper::body::Incoming>) -> Reply {
+        let error = |status: u16, kind: &str, message: &str| {
+            reply(
+                status,
+                &[],
+                json!({"error": {"type": kind, "message": message}}),
+            )
+        };
+        let (key, limited, page_size) = {
+            let mut state = self.state.lock().expect("state");
+            state.requests += 1;
+            let limited = state.rate_limit_at == Some(state.requests);
+            if limited {
+                state.rate_limit_at = None;
+            }
+            (state.key.clone(), limited, state.page_size)
+        };
+        let bearer = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        if bearer.as_deref() != Some(key.as_str()) {
+            return error(401, "invalid_request_error", "Invalid API Key provided");
+        }
+        if limited {
+            return error(
+                429,
+                "invalid_request_error",
+                "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.",
+            );
+        }
+        if request.method() != hyper::Method::GET || request.uri().path() != "/v1/events" {
+            return error(404, "invalid_request_error", "Unrecognized request URL");
+        }
+        let q = query(request.uri());
+        let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let number = |name: &str| param(name).and_then(|v| v.parse::<u64>().ok());
+        let limit = number("limit").unwrap_or(10);
+        if !(1..=100).contains(&limit) {
+            return error(
+                400,
+                "invalid_request_error",
+                "Invalid limit: must be between 1 and 100",
+            );
+        }
+        let success = match param("delivery_success").as_deref() {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(_) => return error(400, "invalid_request_error", "Invalid boolean"),
+        };
+        let (gte, lte) = (number("created[gte]"), number("created[lte]"));
+        let mut events: Vec<Value> = self
+            .events()
+            .await
+            .into_iter()
+            .filter(|(e, delivered)| {
+                let created = e["created"].as_u64().unwrap_or(0);
+                success.is_none_or(|s| s == *delivered)
+                    && gte.is_none_or(|g| created >= g)
+                    && lte.is_none_or(|l| created <= l)
+            })
+            .map(|(e, _)| e)
+            .collect();
+        // Newest first; creation order breaks a tie in the same second.
+        events.reverse();
+        events.sort_by_key(|e| std::cmp::Reverse(e["created"].as_u64().unwrap_or(0)));
+        let start = match param("starting_after") {
+            None => 0,
+            Some(id) => match events.iter().position(|e| e["id"] == id.as_str()) {
+                Some(i) => i + 1,
+                None => {
+                    return error(
+                        400,
+                        "invalid_request_error",
+                        &format!("No such event: '{id}'"),
+                    );
+                }
+            },
+        };
+        let take = usize::try_from(limit).unwrap_or(100).min(page_size);
+        let page: Vec<Value> = events.iter().skip(start).take(take).cloned().collect();
+        let has_more = start + page.len() < events.len();
+        reply(
+            200,
+            &[],
+            json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
+        )
+    }
+}
+
+/// Waits, bounded, until `f` holds: for a state another task reaches (a request held at a
+/// stand-in), not for a time.
+pub async fn until(what: &str, f: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+static LOCALSTRIPE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+
+/// localstripe's URL, started on first use (stopped with the test process, as moto is).
+pub async fn localstripe() -> &'static str {
+    LOCALSTRIPE
+        .get_or_init(|| async {
+            claimonce_local::moto::localstripe()
+                .await
+                .expect("localstripe")
+        })
+        .await
+}
+
+fn localstripe_api(
+    url: &str,
+    key: &str,
+) -> (
+    claimonce::sender_api::Api,
+    Vec<(http::HeaderName, http::HeaderValue)>,
+) {
+    let api = claimonce::sender_api::Api::new(url).expect("localstripe's URL");
+    let auth =
+        claimonce::sender_api::secret_header(http::header::AUTHORIZATION, &format!("Bearer {key}"))
+            .expect("header");
+    (api, vec![auth])
+}
+
+/// Creates a customer in localstripe (which records its `customer.created` event); its id.
+pub async fn localstripe_customer(url: &str, key: &str, email: &str) -> String {
+    let (api, mut headers) = localstripe_api(url, key);
+    headers.push((
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/x-www-form-urlencoded"),
+    ));
+    let body = format!("email={}", email.replace('@', "%40"));
+    let answer = api
+        .send(
+            http::Method::POST,
+            "/v1/customers",
+            &headers,
+            Some(body.into_bytes()),
+        )
+        .await
+        .expect("localstripe answers");
+    assert!(answer.status.is_success(), "localstripe: {}", answer.status);
+    let customer: Value = serde_json::from_slice(&answer.body).expect("a customer");
+    customer["id"].as_str().expect("an id").to_owned()
+}
+
+/// Every event localstripe holds, as it renders them.
+pub async fn localstripe_events(url: &str, key: &str) -> Vec<Value> {
+    let (api, headers) = localstripe_api(url, key);
+    let answer = api
+        .send(http::Method::GET, "/v1/events?limit=1000", &headers, None)
+        .await
+        .expect("localstripe answers");
+    assert!(answer.status.is_success(), "localstripe: {}", answer.status);
+    let listed: Value = serde_json::from_slice(&answer.body).expect("a list");
+    listed["data"].as_array().expect("data").clone()
+}

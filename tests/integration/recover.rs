@@ -1,0 +1,508 @@
+//! Recovery from the senders' own records, with the real binaries: `github-recover` and
+//! `stripe-recover` under the Runtime API emulator, against stand-ins that follow GitHub's
+//! and Stripe's published contracts for the calls they make (`claimonce_tests::senders`), and
+//! against localstripe (the emulator from PyPI) for the Stripe events it serves. What GitHub
+//! redelivers is sent through the real GitHub receiver binary, as GitHub's delivery would be.
+
+use std::time::{Duration, Instant};
+
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe};
+use claimonce_tests::lambda::{Deployed, Ran, Scheduled, function, sample_event};
+use claimonce_tests::senders::{Attempt, GitHubApi, StripeApi, test_app, until};
+use claimonce_tests::sign::{self, now};
+use serde_json::{Value, json};
+
+const STRIPE_KEY: &str = "rk_test_claimonce_events_read";
+
+fn ok(ran: Ran) -> Value {
+    ran.unwrap_or_else(|e| panic!("the run failed: {e}"))
+}
+
+async fn github_recover(api: &GitHubApi) -> Scheduled {
+    let (id, pem, _) = test_app();
+    Scheduled::start(
+        "github-recover",
+        &[
+            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_APP_ID", id),
+            ("GITHUB_APP_PRIVATE_KEY", &pem),
+        ],
+    )
+    .await
+}
+
+/// GitHub's delivery of a sample (an API Gateway event of `events/github/`): its guid and
+/// the request.
+fn github_sample(name: &str) -> (String, Value) {
+    let request = sample_event(&format!("github/{name}"));
+    let guid = request["headers"]["x-github-delivery"]
+        .as_str()
+        .expect("a delivery id")
+        .to_owned();
+    (guid, request)
+}
+
+fn attempt(id: u64, guid: &str, age: u64, status_code: u16, request: &Value) -> Attempt {
+    Attempt {
+        id,
+        guid: guid.to_owned(),
+        delivered_at: now() - age,
+        status_code,
+        redelivery: false,
+        request: request.clone(),
+    }
+}
+
+/// What GitHub does with the redeliveries it was asked for: sends each one's request to the
+/// receiver again and records the attempt with the receiver's answer.
+async fn github_redelivers(api: &GitHubApi, receiver: &Deployed, asked: &[u64], next_id: &mut u64) {
+    for id in asked {
+        let original = api.attempt(*id);
+        let (status, _) = payload_outcome(&receiver.invoke(&original.request).await);
+        *next_id += 1;
+        api.add(Attempt {
+            id: *next_id,
+            delivered_at: now(),
+            status_code: status,
+            redelivery: true,
+            ..original
+        });
+    }
+}
+
+#[tokio::test]
+async fn github_recover_redelivers_only_what_failed_and_the_redelivery_is_applied_once() {
+    let db = TestDb::new().await;
+    let receiver = Deployed::start(function("github"), db.function_url(), 1).await;
+    let (app_id, _, public) = test_app();
+    let api = GitHubApi::start(app_id, public, 100).await;
+    // A: failed two hours ago (the receiver was not reached): the one to recover.
+    let (a, a_request) = github_sample("issues.opened.json");
+    api.add(attempt(1, &a, 7200, 502, &a_request));
+    // B: delivered and applied an hour ago.
+    let (b, b_request) = github_sample("installation.created.json");
+    assert_eq!(payload_outcome(&receiver.invoke(&b_request).await).0, 200);
+    api.add(attempt(2, &b, 3600, 200, &b_request));
+    // C: failed three hours ago, then redelivered successfully.
+    let (c, c_request) = github_sample("ping.json");
+    api.add(attempt(3, &c, 10_800, 500, &c_request));
+    assert_eq!(payload_outcome(&receiver.invoke(&c_request).await).0, 200);
+    api.add(Attempt {
+        redelivery: true,
+        ..attempt(4, &c, 9000, 200, &c_request)
+    });
+    // D: failed a minute ago: within the grace period, perhaps still being answered.
+    let (d, d_request) = github_sample("installation_repositories.added.json");
+    api.add(attempt(5, &d, 60, 500, &d_request));
+
+    let recover = github_recover(&api).await;
+    let first = ok(recover.run().await);
+    assert_eq!(first["failed"], 2, "{first}");
+    assert_eq!(first["redelivered"], 1, "{first}");
+    assert_eq!(first["in_grace"], 1, "{first}");
+    assert_eq!(first["finished"], true, "{first}");
+    assert!(
+        first["oldest_failure_age_seconds"]
+            .as_u64()
+            .is_some_and(|age| (7200..7300).contains(&age)),
+        "{first}"
+    );
+    assert_eq!(api.redeliveries(), [1], "only A, by its latest attempt");
+    assert!(api.refused_jwts().is_empty(), "{:?}", api.refused_jwts());
+    let line = &recover.lines("github recovery")[0];
+    assert_eq!(line["Recovered"], 1.0, "{line}");
+    assert_eq!(
+        line["RecoveryOldestFailureAgeSeconds"],
+        first["oldest_failure_age_seconds"].as_f64().expect("age")
+    );
+    assert_eq!(
+        line["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+        json!([["Provider"]])
+    );
+
+    // GitHub's ledger key is the body's hash; B and C are in it, A not yet.
+    let github_rows = "SELECT count(*) FROM processed_events WHERE provider = 'github'";
+    assert_eq!(db.count(github_rows).await, 2);
+    let mut next_id = 5;
+    github_redelivers(&api, &receiver, &api.redeliveries(), &mut next_id).await;
+    assert_eq!(
+        db.count(github_rows).await,
+        3,
+        "the redelivery went through the signed receiver and was applied"
+    );
+    assert_eq!(api.attempt(6).status_code, 200);
+
+    // The next run finds A delivered and D still in its grace: nothing to do.
+    let second = ok(recover.run().await);
+    assert_eq!(second["failed"], 1, "{second}");
+    assert_eq!(second["redelivered"], 0, "{second}");
+    assert_eq!(api.redeliveries(), [1]);
+    assert_eq!(db.count(github_rows).await, 3, "A, B and C once each");
+}
+
+#[tokio::test]
+async fn github_recover_pages_stops_at_a_rate_limit_and_the_next_run_carries_on() {
+    let db = TestDb::new().await;
+    let receiver = Deployed::start(function("github"), db.function_url(), 1).await;
+    let (app_id, _, public) = test_app();
+    // Two deliveries a page: six attempts are three pages.
+    let api = GitHubApi::start(app_id, public, 2).await;
+    let samples = [
+        "issues.opened.json",
+        "installation.created.json",
+        "ping.json",
+        "installation_repositories.added.json",
+    ];
+    for (i, name) in samples.iter().enumerate() {
+        let (guid, request) = github_sample(name);
+        api.add(attempt(
+            i as u64 + 1,
+            &guid,
+            3600 * (5 - i as u64),
+            500,
+            &request,
+        ));
+    }
+    // Two more failed guids (the samples' bodies under other delivery ids are not needed:
+    // GitHub is asked, the receiver not yet).
+    let (_, extra) = github_sample("ping.json");
+    api.add(attempt(5, "guid-extra-1", 1800, 0, &extra));
+    api.add(attempt(6, "guid-extra-2", 1200, 0, &extra));
+    let recover = github_recover(&api).await;
+
+    // Three pages, then the first redelivery, then a rate limit on the second (reset now).
+    api.rate_limit_request(5, 0);
+    let first = ok(recover.run().await);
+    assert_eq!(first["pages"], 3, "{first}");
+    assert_eq!(first["deliveries"], 6, "{first}");
+    assert_eq!(first["redelivered"], 1, "{first}");
+    assert_eq!(first["not_redelivered"], 5, "{first}");
+    assert_eq!(first["finished"], false, "{first}");
+    assert!(first["rate_limited_seconds"].is_u64(), "{first}");
+    assert_eq!(api.redeliveries(), [1], "the oldest first");
+    let mut next_id = 6;
+    github_redelivers(&api, &receiver, &api.redeliveries(), &mut next_id).await;
+
+    let second = ok(recover.run().await);
+    assert_eq!(second["redelivered"], 5, "{second}");
+    assert_eq!(second["finished"], true, "{second}");
+    assert_eq!(
+        api.redeliveries(),
+        [1, 2, 3, 4, 5, 6],
+        "oldest first, each once"
+    );
+
+    // A limit that resets in an hour: the run stops at its first request, and the next run in
+    // this environment makes none at all.
+    api.rate_limit_request(1, 3600);
+    let third = ok(recover.run().await);
+    assert!(
+        third["rate_limited_seconds"]
+            .as_u64()
+            .is_some_and(|s| s > 3000),
+        "{third}"
+    );
+    let asked = api.requests().len();
+    let fourth = ok(recover.run().await);
+    assert!(
+        fourth["rate_limited_seconds"]
+            .as_u64()
+            .is_some_and(|s| s > 3000),
+        "{fourth}"
+    );
+    assert_eq!(api.requests().len(), asked, "no request before the reset");
+}
+
+#[tokio::test]
+async fn github_recover_stops_between_redeliveries_when_its_budget_ends() {
+    let (app_id, _, public) = test_app();
+    let api = GitHubApi::start(app_id, public, 100).await;
+    let (_, request) = github_sample("ping.json");
+    for i in 1..=3 {
+        api.add(attempt(i, &format!("guid-{i}"), 3600 * i, 500, &request));
+    }
+    let recover = github_recover(&api).await;
+    let held = api.hold_redeliveries();
+    // The function keeps 22 s (a request's 20 s and its line) before the deadline: a deadline
+    // 25 s away leaves a budget of 3 s.
+    let started = Instant::now();
+    let budget = Duration::from_secs(3);
+    let scheduled = json!({});
+    let run = recover.run_within(&scheduled, Duration::from_secs(25));
+    let release = async {
+        until("the first redelivery request reaches GitHub", || {
+            api.waiting() == 1
+        })
+        .await;
+        // Held until the budget has ended, then answered: the function must not start another.
+        tokio::time::sleep(
+            (started + budget + Duration::from_millis(200))
+                .saturating_duration_since(Instant::now()),
+        )
+        .await;
+        held.add_permits(10);
+    };
+    let (ran, ()) = tokio::join!(run, release);
+    let report = ok(ran);
+    assert_eq!(report["redelivered"], 1, "{report}");
+    assert_eq!(report["not_redelivered"], 2, "{report}");
+    assert_eq!(report["finished"], false, "{report}");
+    assert_eq!(api.redeliveries().len(), 1);
+}
+
+#[tokio::test]
+async fn github_recover_s_jwt_is_refused_by_another_app_and_the_run_fails() {
+    let (_, _, public) = test_app();
+    let api = GitHubApi::start("999999", public, 100).await;
+    let recover = github_recover(&api).await;
+    let failed = recover
+        .run()
+        .await
+        .expect_err("a refused JWT fails the run");
+    assert!(failed.contains("401"), "{failed}");
+    assert_eq!(
+        api.refused_jwts(),
+        ["'Issuer' claim ('iss') must be the App"]
+    );
+    let line = &recover.lines("github recovery")[0];
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        !line.to_string().contains("BEGIN RSA"),
+        "no key in the line"
+    );
+}
+
+/// An `invoice.paid` event created `age` seconds ago.
+fn invoice(id: &str, customer: &str, amount: i64, age: u64) -> Vec<u8> {
+    let mut event: Value =
+        serde_json::from_slice(&sign::invoice_paid(id, customer, amount)).expect("JSON");
+    event["created"] = json!(now() - age);
+    serde_json::to_vec(&event).expect("JSON")
+}
+
+async fn stripe_recover(db: &TestDb, api: &StripeApi, extra: &[(&str, &str)]) -> Scheduled {
+    let mut env = vec![
+        ("DATABASE_URL", db.function_url()),
+        ("STRIPE_API_BASE", api.url.as_str()),
+        ("STRIPE_API_KEY", STRIPE_KEY),
+    ];
+    env.extend_from_slice(extra);
+    Scheduled::start("stripe-recover", &env).await
+}
+
+async fn credit(db: &TestDb, customer: &str) -> i64 {
+    db.count(&format!(
+        "SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers WHERE stripe_customer_id = '{customer}'"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn stripe_recover_applies_only_the_undelivered_event_once_and_a_second_run_changes_nothing() {
+    let db = TestDb::new().await;
+    let (webhooks, captured) = db.receiver(sign::stripe());
+    let api = StripeApi::start(STRIPE_KEY, 100, None).await;
+    // Delivered: applied by its webhook.
+    let delivered = invoice("evt_rec_delivered", "cus_rec", 1500, 3600);
+    assert_eq!(outcome(&post_stripe(&webhooks, &delivered).await).0, 200);
+    api.add(&delivered, true);
+    // Not delivered, never arrived: the one to apply.
+    let lost = invoice("evt_rec_lost", "cus_rec", 700, 3000);
+    api.add(&lost, false);
+    // Not delivered as far as Stripe knows, but its webhook did commit (the 200 was lost).
+    let arrived = invoice("evt_rec_arrived", "cus_rec", 50, 2400);
+    assert_eq!(outcome(&post_stripe(&webhooks, &arrived).await).0, 200);
+    api.add(&arrived, false);
+    // Five days old: outside the default window of 96 hours.
+    api.add(&invoice("evt_rec_old", "cus_rec", 9, 5 * 86_400), false);
+    // A minute old: within the grace period, left to its webhook.
+    api.add(&invoice("evt_rec_young", "cus_rec", 3, 60), false);
+
+    let recover = stripe_recover(&db, &api, &[]).await;
+    let first = ok(recover.run().await);
+    assert_eq!(
+        (
+            &first["listed"],
+            &first["applied"],
+            &first["duplicates"],
+            &first["failed"]
+        ),
+        (&json!(2), &json!(1), &json!(1), &json!(0)),
+        "{first}"
+    );
+    assert_eq!(first["finished"], true, "{first}");
+    assert_eq!(credit(&db, "cus_rec").await, 1500 + 700 + 50);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_rec_lost' AND payload_sha256 IS NULL").await,
+        1,
+        "the API's JSON is not the webhook's bytes: no fingerprint"
+    );
+    let line = &recover.lines("stripe recovery")[0];
+    assert_eq!(
+        (
+            line["Recovered"].as_f64(),
+            line["RecoveredDuplicates"].as_f64()
+        ),
+        (Some(1.0), Some(1.0)),
+        "{line}"
+    );
+
+    let second = ok(recover.run().await);
+    assert_eq!(
+        (&second["applied"], &second["duplicates"]),
+        (&json!(0), &json!(2)),
+        "{second}"
+    );
+    assert_eq!(credit(&db, "cus_rec").await, 2250, "nothing twice");
+
+    // On demand, a week back: the old event too, once.
+    let week = ok(recover
+        .run_within(&json!({"lookback_hours": 168}), Duration::from_secs(60))
+        .await);
+    assert_eq!(
+        (&week["applied"], &week["duplicates"]),
+        (&json!(1), &json!(2)),
+        "{week}"
+    );
+    assert_eq!(credit(&db, "cus_rec").await, 2259);
+    let refused = recover
+        .run_within(&json!({"lookback_hours": 721}), Duration::from_secs(60))
+        .await
+        .expect_err("past Stripe's 30 days");
+    assert!(refused.contains("30 days"), "{refused}");
+
+    // The webhook's own retry of the recovered event, later: a duplicate, and no warning of a
+    // different payload (there is no fingerprint to compare).
+    assert_eq!(
+        outcome(&post_stripe(&webhooks, &lost).await),
+        (200, "duplicate".into())
+    );
+    let logged = captured.lock().expect("log").join("\n");
+    assert!(!logged.contains("different payload"), "{logged}");
+}
+
+#[tokio::test]
+async fn stripe_recover_pages_to_the_boundary_and_a_rate_limit_ends_the_run_cleanly() {
+    let db = TestDb::new().await;
+    // Two events a page: six undelivered events are three pages, the last one full.
+    let api = StripeApi::start(STRIPE_KEY, 2, None).await;
+    for i in 0..6 {
+        api.add(
+            &invoice(&format!("evt_page_{i}"), "cus_page", 100, 7200 - i * 60),
+            false,
+        );
+    }
+    let recover = stripe_recover(&db, &api, &[]).await;
+    api.rate_limit_request(2);
+    let first = ok(recover.run().await);
+    assert_eq!(first["pages"], 1, "{first}");
+    assert_eq!(first["applied"], 2, "the page it had: {first}");
+    assert_eq!(first["rate_limited_seconds"], 60, "{first}");
+    assert_eq!(first["finished"], false, "{first}");
+    assert_eq!(credit(&db, "cus_page").await, 200);
+
+    let asked = api.requests();
+    let second = ok(recover.run().await);
+    assert_eq!(second["pages"], 3, "{second}");
+    assert_eq!(
+        api.requests() - asked,
+        3,
+        "has_more false on the third page: no fourth request"
+    );
+    assert_eq!(
+        (&second["applied"], &second["duplicates"]),
+        (&json!(4), &json!(2)),
+        "{second}"
+    );
+    assert_eq!(second["finished"], true, "{second}");
+    assert_eq!(credit(&db, "cus_page").await, 600);
+}
+
+#[tokio::test]
+async fn stripe_recover_with_a_key_stripe_refuses_fails_the_run_without_showing_it() {
+    let db = TestDb::new().await;
+    db.direct_because("the run fails before it connects");
+    let api = StripeApi::start("rk_test_another", 100, None).await;
+    let recover = Scheduled::start(
+        "stripe-recover",
+        &[
+            ("DATABASE_URL", db.function_url()),
+            ("STRIPE_API_BASE", api.url.as_str()),
+            ("STRIPE_API_KEY", STRIPE_KEY),
+        ],
+    )
+    .await;
+    let failed = recover
+        .run()
+        .await
+        .expect_err("a refused key fails the run");
+    assert!(failed.contains("HTTP 401"), "{failed}");
+    let line = &recover.lines("stripe recovery")[0];
+    assert!(!line.to_string().contains(STRIPE_KEY), "{line}");
+}
+
+#[tokio::test]
+async fn stripe_recover_applies_localstripe_s_events_through_the_claim() {
+    let db = TestDb::new().await;
+    let localstripe = claimonce_tests::senders::localstripe().await;
+    let key = "sk_test_claimonce";
+    // Two customers: localstripe records a customer.created event for each.
+    let tag = format!("{}", now());
+    let mut ids = Vec::new();
+    for who in ["delivered", "lost"] {
+        let email = format!("{who}-{tag}@example.com");
+        ids.push(claimonce_tests::senders::localstripe_customer(localstripe, key, &email).await);
+    }
+    let events = claimonce_tests::senders::localstripe_events(localstripe, key).await;
+    let event_of = |customer: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "customer.created" && e["data"]["object"]["id"] == customer)
+            .cloned()
+            .expect("localstripe's customer.created")
+    };
+    let (delivered, lost) = (event_of(&ids[0]), event_of(&ids[1]));
+    let api = StripeApi::start(
+        STRIPE_KEY,
+        100,
+        Some((localstripe.to_owned(), key.to_owned())),
+    )
+    .await;
+    // The first one's webhook arrived (its bytes as localstripe renders the event).
+    let (webhooks, _) = db.receiver(sign::stripe());
+    let body = serde_json::to_vec(&delivered).expect("JSON");
+    assert_eq!(
+        outcome(&post_stripe(&webhooks, &body).await),
+        (200, "ignored".into())
+    );
+    // Every other event localstripe holds (another test's) counts as delivered here.
+    for e in &events {
+        if e["id"] != lost["id"] {
+            api.delivered(e["id"].as_str().expect("id"));
+        }
+    }
+    let recover = stripe_recover(&db, &api, &[("RECOVER_GRACE_SECONDS", "0")]).await;
+    let report = ok(recover.run().await);
+    assert_eq!(
+        (&report["listed"], &report["applied"]),
+        (&json!(1), &json!(1)),
+        "{report}"
+    );
+    for event in [&delivered, &lost] {
+        assert_eq!(
+            db.count(&format!(
+                "SELECT count(*) FROM processed_events WHERE provider = 'stripe' AND event_id = '{}' AND event_type = 'customer.created'",
+                event["id"].as_str().expect("id")
+            ))
+            .await,
+            1
+        );
+    }
+    let again = ok(recover.run().await);
+    assert_eq!(
+        (&again["applied"], &again["duplicates"]),
+        (&json!(0), &json!(1)),
+        "{again}"
+    );
+}
