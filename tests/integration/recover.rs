@@ -506,3 +506,66 @@ async fn stripe_recover_applies_localstripe_s_events_through_the_claim() {
         "{again}"
     );
 }
+
+#[tokio::test]
+async fn stripe_recover_stops_between_events_when_its_budget_ends() {
+    let db = TestDb::new().await;
+    let (outage, through) = claimonce_tests::outage::Outage::in_front_of(db.function_url())
+        .await
+        .expect("a forwarder in front of the database");
+    let api = StripeApi::start(STRIPE_KEY, 100, None).await;
+    api.add(&invoice("evt_budget_0", "cus_budget", 1, 7200), false);
+    let recover = Scheduled::start(
+        "stripe-recover",
+        &[
+            ("DATABASE_URL", through.as_str()),
+            ("STRIPE_API_BASE", api.url.as_str()),
+            ("STRIPE_API_KEY", STRIPE_KEY),
+        ],
+    )
+    .await;
+    // Its connection first (a run that applies the oldest event), then hold what it sends.
+    assert_eq!(ok(recover.run().await)["applied"], 1);
+    for i in 1..=3 {
+        api.add(
+            &invoice(&format!("evt_budget_{i}"), "cus_budget", 10, 7200 - i * 60),
+            false,
+        );
+    }
+    outage.hold();
+    // The function keeps 22 s before the deadline (a request's 20 s and its line): a deadline
+    // 25 s away leaves a budget of 3 s.
+    let started = Instant::now();
+    let scheduled = json!({});
+    let run = recover.run_within(&scheduled, Duration::from_secs(25));
+    let release = async {
+        until("the first event's statement is at the database", || {
+            outage.waiting() > 0
+        })
+        .await;
+        // Held until the budget has ended (below the delivery's 5 s deadline), then let
+        // through: the function must not start another event.
+        let end = started + Duration::from_secs(3) + Duration::from_millis(200);
+        tokio::time::sleep(end.saturating_duration_since(Instant::now())).await;
+        outage.release();
+    };
+    let (ran, ()) = tokio::join!(run, release);
+    let report = ok(ran);
+    assert_eq!(report["listed"], 4, "{report}");
+    assert_eq!(
+        report["duplicates"], 1,
+        "the held one, the oldest: {report}"
+    );
+    assert_eq!(report["applied"], 0, "{report}");
+    assert_eq!(report["not_tried"], 3, "{report}");
+    assert_eq!(report["finished"], false, "{report}");
+    assert_eq!(credit(&db, "cus_budget").await, 1);
+    // The next run carries on.
+    let next = ok(recover.run().await);
+    assert_eq!(
+        (&next["applied"], &next["duplicates"]),
+        (&json!(3), &json!(1)),
+        "{next}"
+    );
+    assert_eq!(credit(&db, "cus_budget").await, 31);
+}
