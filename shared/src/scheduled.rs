@@ -109,16 +109,20 @@ pub struct Recovery {
     pub oldest_failure_age_seconds: u64,
 }
 
-/// Adds a recover function's run metrics to its report line: `Recovered`,
-/// `RecoveredDuplicates`, `RecoveryStillFailing` and `RecoveryOldestFailureAgeSeconds` by
-/// `Provider`, with `duration_ms` and the `error` if the run failed.
-pub fn finish_recovery_report(
-    line: &mut Map<String, Value>,
+/// Writes a recover function's one line per run: `line` (what the run saw and did) with the
+/// `provider`, `duration_ms`, the `error` if the run failed (then at ERROR), and the metrics
+/// `Recovered`, `RecoveredDuplicates`, `RecoveryStillFailing` and
+/// `RecoveryOldestFailureAgeSeconds` by `Provider`.
+pub fn write_recovery_report(
+    log: &crate::log::Log,
+    message: &str,
+    provider: &str,
+    mut line: Map<String, Value>,
     started: Instant,
     error: Option<&str>,
-    provider: &str,
     counts: &Recovery,
 ) {
+    line.insert("provider".into(), provider.into());
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     line.insert("duration_ms".into(), ms.into());
     if let Some(e) = error {
@@ -141,8 +145,28 @@ pub fn finish_recovery_report(
     if let Some(duplicates) = counts.duplicates {
         metrics.push(count("RecoveredDuplicates", duplicates));
     }
-    crate::metrics::embed(line, &[("Provider", provider)], &metrics);
+    crate::metrics::embed(&mut line, &[("Provider", provider)], &metrics);
+    let level = if error.is_some() { "error" } else { "info" };
+    log.write(level, message, line);
 }
+
+/// A scheduled job's run that failed, after its line was logged: what the invocation answers
+/// with, so Lambda counts it in `Errors` (the jobs' errors alarms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFailed {
+    /// The job, as the text names it (`retention sweep`).
+    pub job: &'static str,
+    /// Why, data-free.
+    pub reason: String,
+}
+
+impl std::fmt::Display for JobFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.job, self.reason)
+    }
+}
+
+impl std::error::Error for JobFailed {}
 
 #[cfg(test)]
 mod tests {

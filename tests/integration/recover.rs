@@ -281,9 +281,10 @@ fn invoice(id: &str, customer: &str, amount: i64, age: u64) -> Vec<u8> {
     serde_json::to_vec(&event).expect("JSON")
 }
 
-async fn stripe_recover(db: &TestDb, api: &StripeApi, extra: &[(&str, &str)]) -> Scheduled {
+/// stripe-recover on the database at `database_url`, reading `api` with the suite's key.
+async fn stripe_recover(database_url: &str, api: &StripeApi, extra: &[(&str, &str)]) -> Scheduled {
     let mut env = vec![
-        ("DATABASE_URL", db.function_url()),
+        ("DATABASE_URL", database_url),
         ("STRIPE_API_BASE", api.url.as_str()),
         ("STRIPE_API_KEY", STRIPE_KEY),
     ];
@@ -319,7 +320,7 @@ async fn stripe_recover_applies_only_the_undelivered_event_once_and_a_second_run
     // A minute old: within the grace period, left to its webhook.
     api.add(&invoice("evt_rec_young", "cus_rec", 3, 60), false);
 
-    let recover = stripe_recover(&db, &api, &[]).await;
+    let recover = stripe_recover(db.function_url(), &api, &[]).await;
     let first = ok(recover.run().await);
     assert_eq!(
         (
@@ -393,7 +394,7 @@ async fn stripe_recover_pages_to_the_boundary_and_a_rate_limit_ends_the_run_clea
             false,
         );
     }
-    let recover = stripe_recover(&db, &api, &[]).await;
+    let recover = stripe_recover(db.function_url(), &api, &[]).await;
     api.rate_limit_request(2);
     let first = ok(recover.run().await);
     assert_eq!(first["pages"], 1, "{first}");
@@ -424,15 +425,7 @@ async fn stripe_recover_with_a_key_stripe_refuses_fails_the_run_without_showing_
     let db = TestDb::new().await;
     db.direct_because("the run fails before it connects");
     let api = StripeApi::start("rk_test_another", 100, None).await;
-    let recover = Scheduled::start(
-        "stripe-recover",
-        &[
-            ("DATABASE_URL", db.function_url()),
-            ("STRIPE_API_BASE", api.url.as_str()),
-            ("STRIPE_API_KEY", STRIPE_KEY),
-        ],
-    )
-    .await;
+    let recover = stripe_recover(db.function_url(), &api, &[]).await;
     let failed = recover
         .run()
         .await
@@ -482,7 +475,7 @@ async fn stripe_recover_applies_localstripe_s_events_through_the_claim() {
             api.delivered(e["id"].as_str().expect("id"));
         }
     }
-    let recover = stripe_recover(&db, &api, &[("RECOVER_GRACE_SECONDS", "0")]).await;
+    let recover = stripe_recover(db.function_url(), &api, &[("RECOVER_GRACE_SECONDS", "0")]).await;
     let report = ok(recover.run().await);
     assert_eq!(
         (&report["listed"], &report["applied"]),
@@ -515,15 +508,7 @@ async fn stripe_recover_stops_between_events_when_its_budget_ends() {
         .expect("a forwarder in front of the database");
     let api = StripeApi::start(STRIPE_KEY, 100, None).await;
     api.add(&invoice("evt_budget_0", "cus_budget", 1, 7200), false);
-    let recover = Scheduled::start(
-        "stripe-recover",
-        &[
-            ("DATABASE_URL", through.as_str()),
-            ("STRIPE_API_BASE", api.url.as_str()),
-            ("STRIPE_API_KEY", STRIPE_KEY),
-        ],
-    )
-    .await;
+    let recover = stripe_recover(&through, &api, &[]).await;
     // Its connection first (a run that applies the oldest event), then hold what it sends.
     assert_eq!(ok(recover.run().await)["applied"], 1);
     for i in 1..=3 {

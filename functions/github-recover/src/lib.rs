@@ -33,10 +33,10 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use claimonce::config::{self, ConfigError};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, Recovery};
+use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, secret_header};
 use http::{HeaderName, HeaderValue, Method};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 /// The binary's name.
@@ -249,8 +249,8 @@ pub fn failed(deliveries: &[Delivery]) -> Vec<Failed> {
     failed
 }
 
-/// What one run saw and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What one run saw and did: the invocation's answer and its line, but for the error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// Pages read.
     pub pages: u64,
@@ -273,39 +273,18 @@ pub struct Report {
     pub finished: bool,
     /// Age of the oldest failed guid's first attempt (seconds), 0 when none.
     pub oldest_failure_age_seconds: u64,
-    /// Why the run failed (authentication refused, GitHub unreachable), data-free.
+    /// Why the run failed (authentication refused, GitHub unreachable), data-free: in the
+    /// line, and the invocation's error.
+    #[serde(skip)]
     pub error: Option<String>,
 }
 
 impl Report {
     /// The invocation's answer.
     pub fn to_json(&self) -> Value {
-        json!({
-            "pages": self.pages,
-            "deliveries": self.deliveries,
-            "failed": self.failed,
-            "redelivered": self.redelivered,
-            "in_grace": self.in_grace,
-            "not_redelivered": self.not_redelivered,
-            "refused": self.refused,
-            "rate_limited_seconds": self.rate_limited_seconds,
-            "finished": self.finished,
-            "oldest_failure_age_seconds": self.oldest_failure_age_seconds,
-        })
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
-
-/// The run failed; its line is logged.
-#[derive(Debug)]
-pub struct RecoverFailed(pub String);
-
-impl std::fmt::Display for RecoverFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "github-recover failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for RecoverFailed {}
 
 /// The recover function in one execution environment.
 #[derive(Debug)]
@@ -338,7 +317,7 @@ impl Recoverer {
     /// One run within `budget`: list, choose, redeliver, log one line. A run GitHub refused
     /// (authentication) or could not be reached is an error, after its line is logged; a rate
     /// limit is not.
-    pub async fn run(&self, budget: &Budget) -> Result<Report, RecoverFailed> {
+    pub async fn run(&self, budget: &Budget) -> Result<Report, JobFailed> {
         let started = Instant::now();
         let mut report = Report::default();
         let quiet = self
@@ -354,7 +333,10 @@ impl Recoverer {
         }
         self.write(&report, started);
         match &report.error {
-            Some(e) => Err(RecoverFailed(e.clone())),
+            Some(e) => Err(JobFailed {
+                job: "github-recover",
+                reason: e.clone(),
+            }),
             None => Ok(report),
         }
     }
@@ -506,30 +488,25 @@ impl Recoverer {
     }
 
     fn write(&self, report: &Report, started: Instant) {
-        let mut line = match report.to_json() {
+        let line = match report.to_json() {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        line.insert("provider".into(), "github".into());
         let counts = Recovery {
             recovered: report.redelivered,
             duplicates: None,
             still_failing: report.not_redelivered,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
-        scheduled::finish_recovery_report(
-            &mut line,
+        scheduled::write_recovery_report(
+            &self.log,
+            "github recovery",
+            "github",
+            line,
             started,
             report.error.as_deref(),
-            "github",
             &counts,
         );
-        let level = if report.error.is_some() {
-            "error"
-        } else {
-            "info"
-        };
-        self.log.write(level, "github recovery", line);
     }
 }
 

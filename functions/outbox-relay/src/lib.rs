@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, Metric};
+use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -472,18 +472,6 @@ pub struct Relay<D> {
     function: String,
 }
 
-/// Why an invocation failed (reported to Lambda, so the Errors alarm sees it).
-#[derive(Debug)]
-pub struct RelayFailed(pub String);
-
-impl std::fmt::Display for RelayFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "outbox relay failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for RelayFailed {}
-
 impl<D: Dispatch> Relay<D> {
     /// Assembles a relay. `function` is the `Function` metric dimension.
     pub fn new(
@@ -510,7 +498,7 @@ impl<D: Dispatch> Relay<D> {
     /// One run: connect, relay within `budget`, log one JSON line with the metrics, return
     /// the report. Database trouble is an error, after the line is logged; failed sends are
     /// not (they are counted, kept and retried).
-    pub async fn run(&self, budget: &Budget) -> Result<Report, RelayFailed> {
+    pub async fn run(&self, budget: &Budget) -> Result<Report, JobFailed> {
         let started = Instant::now();
         let report = match self.settings.connect().await {
             Ok(client) => {
@@ -530,7 +518,10 @@ impl<D: Dispatch> Relay<D> {
         };
         self.write(&report, started);
         match &report.error {
-            Some(e) => Err(RelayFailed(e.clone())),
+            Some(e) => Err(JobFailed {
+                job: "outbox relay",
+                reason: e.clone(),
+            }),
             None => Ok(report),
         }
     }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, Metric};
+use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde_json::{Map, Value, json};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -324,18 +324,6 @@ pub struct Sweeper {
     function: String,
 }
 
-/// Why an invocation failed (it is reported to Lambda, so the Errors alarm sees it).
-#[derive(Debug)]
-pub struct SweepFailed(pub String);
-
-impl std::fmt::Display for SweepFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "retention sweep failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for SweepFailed {}
-
 impl Sweeper {
     /// Assembles a sweeper. `function` is the `Function` metric dimension.
     pub fn new(settings: Settings, policy: Policy, log: Log, function: String) -> Self {
@@ -356,7 +344,7 @@ impl Sweeper {
     /// One run: connect, sweep within `budget`, log one JSON line (with the `SweptRows`
     /// metric) and return the report. A run that could not connect or whose batch failed is
     /// an error, after its line is logged.
-    pub async fn run<A: Allowance + ?Sized>(&self, budget: &A) -> Result<Report, SweepFailed> {
+    pub async fn run<A: Allowance + ?Sized>(&self, budget: &A) -> Result<Report, JobFailed> {
         let started = Instant::now();
         let report = match self.settings.connect().await {
             Ok(client) => sweep(&client, self.settings.timeouts(), &self.policy, budget).await,
@@ -367,7 +355,10 @@ impl Sweeper {
         };
         self.write(&report, started);
         match &report.error {
-            Some(e) => Err(SweepFailed(e.clone())),
+            Some(e) => Err(JobFailed {
+                job: "retention sweep",
+                reason: e.clone(),
+            }),
             None => Ok(report),
         }
     }

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Database, Settings};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, Recovery};
+use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, secret_header};
 use claimonce::{Disposition, Limits, Receiver};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use stripe_webhook::Stripe;
 
 /// The binary's name.
@@ -103,8 +103,8 @@ impl Window {
     }
 }
 
-/// What one run saw and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What one run saw and did: the invocation's answer and its line, but for the error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// Pages read.
     pub pages: u64,
@@ -124,38 +124,18 @@ pub struct Report {
     pub finished: bool,
     /// Age of the oldest event failed or not tried (seconds), 0 when none.
     pub oldest_failure_age_seconds: u64,
-    /// Why the run failed (listing refused, the database unavailable), data-free.
+    /// Why the run failed (listing refused, the database unavailable), data-free: in the
+    /// line, and the invocation's error.
+    #[serde(skip)]
     pub error: Option<String>,
 }
 
 impl Report {
     /// The invocation's answer.
     pub fn to_json(&self) -> Value {
-        json!({
-            "pages": self.pages,
-            "listed": self.listed,
-            "applied": self.applied,
-            "duplicates": self.duplicates,
-            "failed": self.failed,
-            "not_tried": self.not_tried,
-            "rate_limited_seconds": self.rate_limited_seconds,
-            "finished": self.finished,
-            "oldest_failure_age_seconds": self.oldest_failure_age_seconds,
-        })
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
-
-/// The run failed; its line is logged.
-#[derive(Debug)]
-pub struct RecoverFailed(pub String);
-
-impl std::fmt::Display for RecoverFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "stripe-recover failed: {}", self.0)
-    }
-}
-
-impl std::error::Error for RecoverFailed {}
 
 /// The restricted key; never shown.
 struct ApiKey(String);
@@ -232,7 +212,7 @@ impl Recoverer {
     /// One run over `window`, within `budget`: list, apply oldest first, log one line, and
     /// return what it did. A run that could not list (other than a rate limit) or found the
     /// database unavailable is an error, after its line is logged.
-    pub async fn run(&self, budget: &Budget, window: Window) -> Result<Report, RecoverFailed> {
+    pub async fn run(&self, budget: &Budget, window: Window) -> Result<Report, JobFailed> {
         let started = Instant::now();
         let now = unix_now();
         let mut report = Report::default();
@@ -240,7 +220,10 @@ impl Recoverer {
         self.apply(budget, events, now, &mut report).await;
         self.write(&report, window, started);
         match &report.error {
-            Some(e) => Err(RecoverFailed(e.clone())),
+            Some(e) => Err(JobFailed {
+                job: "stripe-recover",
+                reason: e.clone(),
+            }),
             None => Ok(report),
         }
     }
@@ -375,7 +358,6 @@ impl Recoverer {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        line.insert("provider".into(), "stripe".into());
         line.insert("lookback_hours".into(), window.lookback_hours.into());
         let counts = Recovery {
             recovered: report.applied,
@@ -383,19 +365,15 @@ impl Recoverer {
             still_failing: report.failed + report.not_tried,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
-        scheduled::finish_recovery_report(
-            &mut line,
+        scheduled::write_recovery_report(
+            &self.log,
+            "stripe recovery",
+            "stripe",
+            line,
             started,
             report.error.as_deref(),
-            "stripe",
             &counts,
         );
-        let level = if report.error.is_some() {
-            "error"
-        } else {
-            "info"
-        };
-        self.log.write(level, "stripe recovery", line);
     }
 }
 
@@ -458,6 +436,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_window_is_stripe_s_retries_and_a_margin_and_at_most_its_30_days() {
