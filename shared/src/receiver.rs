@@ -621,14 +621,8 @@ impl<P: Provider> Receiver<P> {
             .map(EventId::new)
             .transpose()
             .map_err(|r| r.detail.to_owned())?;
-        let verified = crate::verify::Verified { message_id };
-        let sha: [u8; 32] = Sha256::digest(&restored.body).into();
-        let provider = self.provider();
-        let parsed = provider
-            .parse(
-                &Signed::new(&restored.body, &sha, &verified),
-                &Unsigned::new(&restored.headers),
-            )
+        let (parsed, sha) = self
+            .parse_unverified(&restored.body, message_id, &restored.headers)
             .map_err(|r| format!("the spilled delivery no longer parses: {}", r.detail))?;
         Ok(Reparsed {
             parsed,
@@ -636,9 +630,24 @@ impl<P: Provider> Receiver<P> {
             received_at: restored.received_at,
         })
     }
-}
 
-impl<P: Provider> Receiver<P> {
+    /// The provider's parser on `body` with `headers` and the message id a signature covered,
+    /// with no signature checked here: a spilled delivery (checked when it arrived) or an event
+    /// read from its sender's API. The body's SHA-256 with it.
+    fn parse_unverified(
+        &self,
+        body: &[u8],
+        message_id: Option<EventId>,
+        headers: &http::HeaderMap,
+    ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
+        let verified = crate::verify::Verified { message_id };
+        let sha: [u8; 32] = Sha256::digest(body).into();
+        let parsed = self
+            .provider()
+            .parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
+        Ok((parsed, sha))
+    }
+
     /// Applies an event read from its sender's own API (a recover function's: Stripe's
     /// `GET /v1/events`) through the same claim and effect as its webhook. `body` is the
     /// event's JSON as the API returned it, parsed by the provider's parser with no headers;
@@ -649,22 +658,14 @@ impl<P: Provider> Receiver<P> {
     /// (`recovered`); the run's counts are the caller's report.
     pub async fn recover(&self, body: &[u8]) -> Recovered {
         let started = Instant::now();
-        let verified = crate::verify::Verified { message_id: None };
-        let sha: [u8; 32] = Sha256::digest(body).into();
-        let headers = http::HeaderMap::new();
-        let provider = self.provider();
-        let parsed = provider.parse(
-            &Signed::new(body, &sha, &verified),
-            &Unsigned::new(&headers),
-        );
-        let recovered = match parsed {
+        let recovered = match self.parse_unverified(body, None, &http::HeaderMap::new()) {
             Err(r) => Recovered {
                 event_id: None,
                 disposition: Disposition::Rejected(r.clone()),
                 error: Some(format!("the event does not parse: {}", r.detail)),
                 unavailable: None,
             },
-            Ok(parsed) => {
+            Ok((parsed, _)) => {
                 let (disposition, error, unavailable) = match self.settle(&parsed, None).await {
                     Ok(d) => (d, None, None),
                     Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
