@@ -17,3 +17,15 @@ pub mod tls;
 
 pub use claimonce_local::outage;
 pub use db::TestDb;
+
+/// Waits, bounded, until `f` holds: for a state another task reaches (a request held at a
+/// stand-in), not for a time.
+pub async fn until(what: &str, f: impl Fn() -> bool) {
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !f() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}

@@ -15,7 +15,6 @@
 //!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -528,18 +527,6 @@ impl StripeApi {
             json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
         )
     }
-}
-
-/// Waits, bounded, until `f` holds: for a state another task reaches (a request held at a
-/// stand-in), not for a time.
-pub async fn until(what: &str, f: impl Fn() -> bool) {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !f() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what}"));
 }
 
 static LOCALSTRIPE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();

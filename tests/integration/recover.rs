@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe};
 use claimonce_tests::lambda::{Deployed, Ran, Scheduled, function, sample_event};
-use claimonce_tests::senders::{Attempt, GitHubApi, StripeApi, test_app, until};
+use claimonce_tests::senders::{Attempt, GitHubApi, StripeApi, test_app};
 use claimonce_tests::sign::{self, now};
+use claimonce_tests::until;
 use serde_json::{Value, json};
 
 const STRIPE_KEY: &str = "rk_test_claimonce_events_read";

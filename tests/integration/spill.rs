@@ -409,9 +409,10 @@ async fn a_slow_database_within_the_deadline_is_not_spilled() {
         })
     };
     // The statement is at the database, held.
-    while outage.waiting() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    claimonce_tests::until("the statement is held at the database", || {
+        outage.waiting() > 0
+    })
+    .await;
     outage.release();
     let answer = delivery.await.expect("the delivery");
     assert_eq!(payload_outcome(&answer), (200, "processed".into()));
@@ -457,9 +458,10 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
         let event = claimonce_local::spill::sqs_event(&messages).to_string();
         tokio::spawn(async move { api.invoke(event, Duration::from_secs(60)).await })
     };
-    while outage.waiting() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    claimonce_tests::until("the drain's statement is held at the database", || {
+        outage.waiting() > 0
+    })
+    .await;
     drain.instance.start_kill().expect("kill");
     let _ = drain.instance.wait().await;
     batch.abort();
