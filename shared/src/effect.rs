@@ -83,6 +83,14 @@ impl<'c> Tx<'c> {
         Ok(())
     }
 
+    /// The time left before the delivery's deadline. A statement is sent only while some is
+    /// left; an effect with work of its own between statements can stop early instead of
+    /// finding its next statement refused.
+    pub fn time_left(&self) -> std::time::Duration {
+        self.deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
     /// Runs a statement that returns no rows the effect needs; returns the rows it touched.
     pub async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, EffectError> {
         self.admit(sql)?;

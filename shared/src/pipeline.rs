@@ -416,16 +416,31 @@ pub(crate) trait Apply: Send + Sync {
 /// What [`run_in_rust`] calls.
 pub(crate) type RustEffect<'a> = &'a dyn Apply;
 
+/// How a Rust effect's transaction ended: its outcome, and whether the connection may carry
+/// the next delivery.
+#[derive(Debug)]
+pub(crate) struct InRust {
+    /// What the delivery answers.
+    pub(crate) outcome: Result<Finished, crate::db::DeliveryError>,
+    /// True only when the transaction is known to be over (its `COMMIT` or `ROLLBACK` was
+    /// answered). Otherwise the connection may still hold it open, with the claim and whatever
+    /// the effect wrote, and must not be used again: the next delivery's `BEGIN` would run
+    /// inside it and its `COMMIT` would commit this delivery's claim without its effect.
+    pub(crate) reusable: bool,
+}
+
 /// The claim and a Rust effect on one explicit transaction: `BEGIN` pipelined with the claim
 /// (one flight), then the effect's statements if the claim was won, then `COMMIT`. Any error
-/// sends `ROLLBACK` (when the connection is still usable and the deadline allows), so the
-/// claim vanishes with whatever the effect wrote.
+/// sends `ROLLBACK` while the deadline allows, so the claim vanishes with whatever the effect
+/// wrote; past the deadline, or when the `ROLLBACK` is not answered, the connection is
+/// reported unusable and the caller discards it (the server rolls back a transaction whose
+/// connection closes).
 pub(crate) async fn run_in_rust(
     client: &Client,
     claim: &Claim<'_>,
     apply: RustEffect<'_>,
     deadline: tokio::time::Instant,
-) -> Result<Finished, crate::db::DeliveryError> {
+) -> InRust {
     use crate::db::DeliveryError;
     let begun = futures_util::future::try_join(
         client.batch_execute("BEGIN"),
@@ -457,19 +472,30 @@ pub(crate) async fn run_in_rust(
         },
     };
     match outcome {
+        // The commit's own failure (a deferred constraint) ends the transaction too, but the
+        // connection is trusted again only on an answer that says the transaction is over.
         Ok(finished) => match client.batch_execute("COMMIT").await {
-            Ok(()) => Ok(finished),
-            Err(e) => Err(DeliveryError::Failed(e)),
+            Ok(()) => InRust {
+                outcome: Ok(finished),
+                reusable: true,
+            },
+            Err(e) => InRust {
+                outcome: Err(DeliveryError::Failed(e)),
+                reusable: false,
+            },
         },
         Err(e) => {
             let usable = !client.is_closed()
                 && !matches!(&e, DeliveryError::Failed(f) if crate::db::connection_lost(f));
-            if usable && tokio::time::Instant::now() < deadline {
-                // Its own failure is the answer: the server rolls back a transaction whose
-                // connection closes, too.
-                let _ = client.batch_execute("ROLLBACK").await;
+            // Its own failure is the answer either way; a ROLLBACK that is not sent or not
+            // answered leaves the connection to be discarded.
+            let rolled_back = usable
+                && tokio::time::Instant::now() < deadline
+                && client.batch_execute("ROLLBACK").await.is_ok();
+            InRust {
+                outcome: Err(e),
+                reusable: rolled_back,
             }
-            Err(e)
         }
     }
 }

@@ -512,3 +512,255 @@ async fn a_storm_of_duplicates_and_failures_applies_every_order_event_exactly_on
         n
     );
 }
+
+/// Shopify's effects, except that the first delivery of each order in `.0` waits out its deadline
+/// before its first statement: an effect slower than the delivery's bound (a computation, a
+/// blocking call), whose next statement the handle then refuses. The wait does not yield, so
+/// nothing else on the receiver's runtime (its deadline timer included) runs before the effect
+/// has come back: the claim is won and open when the deadline passes.
+struct Overruns(std::sync::Mutex<std::collections::BTreeSet<i64>>);
+
+impl Overruns {
+    /// The first delivery of each of these orders overruns.
+    fn orders(ids: impl IntoIterator<Item = i64>) -> Self {
+        Self(std::sync::Mutex::new(ids.into_iter().collect()))
+    }
+}
+
+impl Provider for Overruns {
+    type Event = ShopifyEvent;
+
+    fn name(&self) -> &'static str {
+        "shopify"
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        shopify_verifier()
+    }
+
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<ShopifyEvent>, Rejection> {
+        shopify_webhook::parse_event(signed, unsigned)
+    }
+
+    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
+        shopify_webhook::effect(&event.event)
+    }
+
+    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+        let ShopifyEvent::Order(order) = &event.event else {
+            return Err(EffectError::failed("an order"));
+        };
+        if self.0.lock().expect("overruns").remove(&order.id) {
+            std::thread::sleep(tx.time_left());
+            assert_eq!(tx.time_left(), Duration::ZERO, "held to the deadline");
+        }
+        shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, order).await
+    }
+}
+
+/// Transactions the Shopify login holds open while idle: what a connection left in a
+/// transaction looks like from the server.
+async fn idle_in_transaction(db: &TestDb) -> i64 {
+    db.count(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = '{}' \
+         AND state LIKE 'idle in transaction%'",
+        login_name(&db.name, "shopify")
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn a_rust_effect_past_its_deadline_leaves_no_transaction_for_the_next_delivery() {
+    let db = TestDb::new().await;
+    let settings = Settings::from_url(
+        &db.function_url_as("shopify"),
+        None,
+        claimonce::db::Timeouts::new(Duration::from_secs(2), Duration::from_millis(400)),
+    )
+    .expect("settings");
+    let (receiver, _) = receiver_with(settings, Overruns::orders([1]));
+    receiver.warm_up().await;
+    // The claim is won, the deadline passes inside the effect, its first statement is refused.
+    assert_eq!(
+        deliver(&receiver, &order(1, 0)).await,
+        (500, "about:blank".into())
+    );
+    assert_eq!(written(&db).await, (0, 0, 0), "nothing of it committed");
+    assert_eq!(
+        idle_in_transaction(&db).await,
+        0,
+        "no transaction left open on the environment's connection"
+    );
+    // The next deliveries on the same environment, by the SQL path and the Rust path: each 200
+    // is durable when it is answered, seen from another connection, and carries nothing else.
+    let shop = br#"{"id":548380009,"myshopify_domain":"jsmith.myshopify.com","updated_at":"2026-11-30T12:00:00-05:00"}"#;
+    assert_eq!(
+        common::deliver(&receiver, "app/uninstalled", "w-sql", shop).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM shopify_shops WHERE uninstalled_at IS NOT NULL")
+            .await,
+        1,
+        "the SQL effect's 200 is committed"
+    );
+    assert_eq!(
+        deliver(&receiver, &order(2, 0)).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        written(&db).await,
+        (1, 1, 2),
+        "order 2 and the shop, not order 1"
+    );
+    assert_eq!(idle_in_transaction(&db).await, 0);
+    // The sender's retry of order 1 is applied: its claim did not survive without its effect.
+    assert_eq!(
+        deliver(&receiver, &order(1, 0)).await,
+        (200, "processed".into())
+    );
+    assert_eq!(written(&db).await, (2, 2, 3));
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM processed_events p WHERE p.event_type LIKE 'orders/%' \
+             AND NOT EXISTS (SELECT 1 FROM shopify_order_events e WHERE e.event_id = p.event_id)"
+        )
+        .await,
+        0,
+        "no order's ledger row without its effect"
+    );
+}
+
+#[tokio::test]
+async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_every_claim_has_its_effect()
+ {
+    let db = TestDb::new().await;
+    let events: i64 = 120;
+    // One order in ten overruns its first delivery; each is delivered one to three times, in a
+    // mixed order, across four environments that each reuse their connection.
+    let overrun: Vec<i64> = (0..events).filter(|i| i % 10 == 3).collect();
+    let overruns = Arc::new(Overruns::orders(overrun.iter().copied()));
+    let mut queue: Vec<i64> = (0..events)
+        .flat_map(|i| (0..=i % 3).map(move |_| i))
+        .collect();
+    XorShift(0xdead_11e).shuffle(&mut queue);
+    let queue = Arc::new(Mutex::new(VecDeque::from(queue)));
+    let environments = (0..4)
+        .map(|_| {
+            let settings = Settings::from_url(
+                &db.function_url_as("shopify"),
+                None,
+                claimonce::db::Timeouts::new(Duration::from_secs(2), Duration::from_millis(400)),
+            )
+            .expect("settings");
+            receiver_with(settings, Shared(Arc::clone(&overruns))).0
+        })
+        .collect();
+    let admin = Arc::new(db.client().await);
+    let failures = Arc::new(AtomicU64::new(0));
+    let processed = Arc::new(AtomicU64::new(0));
+    all_at_once(environments, |r| {
+        let (queue, admin, failures, processed) = (
+            Arc::clone(&queue),
+            Arc::clone(&admin),
+            Arc::clone(&failures),
+            Arc::clone(&processed),
+        );
+        async move {
+            loop {
+                let Some(i) = queue.lock().await.pop_front() else {
+                    break;
+                };
+                let answer = deliver(&r, &order(i, u32::try_from(i % 60).expect("m"))).await;
+                // What the answer claims, checked from another connection as it is given.
+                let durable: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM shopify_order_events e \
+                         JOIN processed_events p ON p.event_id = e.event_id \
+                         WHERE e.order_id = $1",
+                        &[&i],
+                    )
+                    .await
+                    .expect("durable")
+                    .get(0);
+                match answer {
+                    (200, name) => {
+                        assert_eq!(durable, 1, "order {i} answered {name}, not durable");
+                        if name == "processed" {
+                            processed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    other => {
+                        assert_eq!(other, (500, "about:blank".into()), "order {i}");
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        queue.lock().await.push_back(i);
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    // Each planned overrun happened; while one blocks the runtime, the other environments'
+    // deliveries in flight pass their deadlines too (a statement on the wire, an answer not yet
+    // read), so there are more 500s than overruns: each one retried and healed.
+    assert!(
+        overruns.0.lock().expect("overruns").is_empty(),
+        "every planned overrun ran"
+    );
+    assert!(failures.load(Ordering::Relaxed) >= u64::try_from(overrun.len()).expect("n"));
+    eprintln!(
+        "deadline storm: {events} orders, {} answered 500 and retried",
+        failures.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        processed.load(Ordering::Relaxed),
+        u64::try_from(events).expect("n"),
+        "each order processed exactly once"
+    );
+    assert_eq!(written(&db).await, (events, events, events));
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM processed_events p WHERE NOT EXISTS \
+             (SELECT 1 FROM shopify_order_events e WHERE e.event_id = p.event_id)"
+        )
+        .await,
+        0,
+        "no ledger row without its effect"
+    );
+    assert_eq!(idle_in_transaction(&db).await, 0);
+}
+
+/// One [`Overruns`] shared by several environments.
+struct Shared(Arc<Overruns>);
+
+impl Provider for Shared {
+    type Event = ShopifyEvent;
+
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn verifier(&self) -> &dyn Verify {
+        self.0.verifier()
+    }
+
+    fn parse(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Result<Parsed<ShopifyEvent>, Rejection> {
+        self.0.parse(signed, unsigned)
+    }
+
+    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
+        self.0.effect(event)
+    }
+
+    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+        self.0.apply(event, tx).await
+    }
+}

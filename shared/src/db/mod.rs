@@ -366,15 +366,26 @@ impl Database {
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some(Arc::clone(&connection.cancel));
-            let outcome = match effect {
+            let (outcome, reusable) = match effect {
                 Some(rust) if rust.is_rust() => {
-                    pipeline::run_in_rust(connection, claim, apply, deadline).await
+                    let ended = pipeline::run_in_rust(connection, claim, apply, deadline).await;
+                    (ended.outcome, ended.reusable)
                 }
-                _ => pipeline::run(connection, claim, effect)
-                    .await
-                    .map_err(DeliveryError::Failed),
+                // One statement in its implicit transaction: whatever it answered, the server
+                // has ended that transaction.
+                _ => (
+                    pipeline::run(connection, claim, effect)
+                        .await
+                        .map_err(DeliveryError::Failed),
+                    true,
+                ),
             };
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            if !reusable {
+                // It may still hold this delivery's transaction open: never reused. Dropping
+                // it closes the socket, and the server rolls the transaction back.
+                *slot = None;
+            }
             match outcome {
                 Ok(finished) => return Ok(finished),
                 Err(DeliveryError::Failed(error)) if connection_lost(&error) => {
