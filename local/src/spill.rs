@@ -78,8 +78,20 @@ pub async fn receive(
         .map_err(|e| sqs_error("ReceiveMessage", &e))
 }
 
-/// The SQS event Lambda's event source mapping makes of `messages`.
-pub fn sqs_event(messages: &[Message]) -> Value {
+/// The ARN of the queue at `url` in moto's region (`us-east-1`, as [`function_env`] sets
+/// it): `arn:aws:sqs:<region>:<account>:<name>`, the account and name the URL's last two
+/// path segments, as SQS forms it.
+pub fn queue_arn(url: &str) -> String {
+    let mut segments = url.trim_end_matches('/').rsplit('/');
+    let name = segments.next().unwrap_or_default();
+    let account = segments.next().unwrap_or_default();
+    format!("arn:aws:sqs:us-east-1:{account}:{name}")
+}
+
+/// The SQS event Lambda's event source mapping makes of `messages` received from the queue at
+/// `queue` (its URL).
+pub fn sqs_event(queue: &str, messages: &[Message]) -> Value {
+    let arn = queue_arn(queue);
     let records: Vec<Value> = messages
         .iter()
         .map(|m| {
@@ -109,7 +121,7 @@ pub fn sqs_event(messages: &[Message]) -> Value {
                 "attributes": {"ApproximateReceiveCount": count},
                 "messageAttributes": attributes,
                 "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:spill",
+                "eventSourceARN": arn,
                 "awsRegion": "us-east-1",
             })
         })
@@ -131,7 +143,10 @@ pub async fn drain_once(
         return Ok((0, 0));
     }
     let answer = match api
-        .invoke(sqs_event(&messages).to_string(), Duration::from_secs(60))
+        .invoke(
+            sqs_event(queue, &messages).to_string(),
+            Duration::from_secs(60),
+        )
         .await
         .map_err(|e| format!("the drain's invocation: {e:?}"))?
     {

@@ -405,19 +405,27 @@ impl<P: Provider> Receiver<P> {
             ));
         }
         let provider = self.provider();
-        let verified = provider.verifier().verify(request.headers(), body, now)?;
+        let verifier = provider.verifier();
+        let verified = verifier.verify(request.headers(), body, now)?;
         let payload_sha256: [u8; 32] = Sha256::digest(body).into();
-        // The headers the parser reads are kept only for a spill queue's message.
+        // The headers the scheme and the parser read are kept only for a spill queue's
+        // message, which the drain verifies and parses again.
         let read = std::cell::RefCell::new(Vec::new());
         let unsigned = match self.spill {
-            Some(_) => Unsigned::noting(request.headers(), &read),
+            Some(_) => {
+                let signature = verifier.signature_headers().iter().filter_map(|name| {
+                    let value = crate::verify::one_header(request.headers(), name).ok()??;
+                    Some(((*name).to_owned(), value.to_owned()))
+                });
+                read.borrow_mut().extend(signature);
+                Unsigned::noting(request.headers(), &read)
+            }
             None => Unsigned::new(request.headers()),
         };
         let parsed = provider.parse(&Signed::new(body, &payload_sha256, &verified), &unsigned)?;
         Ok(Admitted {
             parsed,
             payload_sha256,
-            message_id: verified.message_id,
             read_headers: read.into_inner(),
         })
     }
@@ -466,7 +474,6 @@ impl<P: Provider> Receiver<P> {
             provider: self.name,
             event_id: admitted.parsed.event_id.as_str(),
             body,
-            message_id: admitted.message_id.as_ref().map(EventId::as_str),
             headers: &admitted.read_headers,
             received_at: unix_now(),
         };
@@ -530,11 +537,12 @@ impl<P: Provider> Receiver<P> {
 
     /// Applies a batch of spilled deliveries (an SQS event from the provider's spill queue),
     /// one after another on this environment's connection, each through the same claim and
-    /// effect as a webhook; returns the ones to receive again. A message that cannot be read,
-    /// belongs to another provider or no longer parses fails every time, and so reaches the
-    /// dead-letter queue after the queue's stated receives; one the database could not take
-    /// comes back after its visibility timeout. One log line per message (`drained`), with the
-    /// `Drained` metric by provider and disposition.
+    /// effect as a webhook; returns the ones to receive again. A record from another queue, or
+    /// any record when this function has no spill queue, is applied never; a message that
+    /// cannot be read, belongs to another provider, does not verify or no longer parses fails
+    /// every time, and so reaches the dead-letter queue after the queue's stated receives; one
+    /// the database could not take comes back after its visibility timeout. One log line per
+    /// message (`drained`), with the `Drained` metric by provider and disposition.
     pub(crate) async fn drain(
         &self,
         records: &[crate::spill::Record],
@@ -546,8 +554,12 @@ impl<P: Provider> Receiver<P> {
         for record in records {
             let started = Instant::now();
             let mut fields = Map::new();
-            let (disposition, error) = match self.restore(record) {
-                Err(why) => (Disposition::Error, Some(why)),
+            let (disposition, error) = match self.restore(record).await {
+                Err(Refused::Unreadable(why)) => (Disposition::Error, Some(why)),
+                Err(Refused::Unproven(rejection)) => {
+                    let why = format!("the spilled delivery does not verify: {}", rejection.detail);
+                    (Disposition::Rejected(rejection), Some(why))
+                }
                 Ok(Reparsed {
                     parsed,
                     payload_sha256: sha,
@@ -573,7 +585,11 @@ impl<P: Provider> Receiver<P> {
                     }
                 }
             };
-            if disposition == Disposition::Error {
+            let applied = matches!(
+                disposition,
+                Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
+            );
+            if !applied {
                 response.fail(&record.message_id);
             }
             let name = disposition.name();
@@ -596,34 +612,47 @@ impl<P: Provider> Receiver<P> {
                 &[("Provider", self.name), ("Disposition", name)],
                 &[metric],
             );
-            let level = if disposition == Disposition::Error {
-                Level::Error
-            } else {
-                Level::Info
-            };
+            let level = if applied { Level::Info } else { Level::Error };
             self.log.write(level, "drained", fields);
         }
         response
     }
 
-    /// A spilled message, parsed again as its webhook was: the same bytes and the headers the
-    /// parser read then. Its signature was checked when it arrived; see [`crate::spill`].
-    fn restore(&self, record: &crate::spill::Record) -> Result<Reparsed<P::Event>, String> {
-        let restored = record.restore().map_err(str::to_owned)?;
-        if restored.provider != self.name {
-            return Err(format!(
-                "a message for provider {:?} on {:?}'s queue",
-                restored.provider, self.name
+    /// A spilled message, proven and parsed again as its webhook was: the same bytes, the
+    /// signature headers they arrived with, checked with the current secrets (read again once
+    /// if none matches, as for a webhook), and the headers the parser read then.
+    async fn restore(&self, record: &crate::spill::Record) -> Result<Reparsed<P::Event>, Refused> {
+        let unreadable = |why: String| Refused::Unreadable(why);
+        let Some(spill) = &self.spill else {
+            return Err(unreadable(
+                "this function has no spill queue (SPILL_QUEUE_URL) and drains nothing".into(),
+            ));
+        };
+        if !spill.drains(record.event_source_arn.as_deref()) {
+            return Err(unreadable(
+                "a record from a queue other than this function's spill queue".into(),
             ));
         }
-        let message_id = restored
-            .message_id
-            .map(EventId::new)
-            .transpose()
-            .map_err(|r| r.detail.to_owned())?;
-        let (parsed, sha) = self
-            .parse_unverified(&restored.body, message_id, &restored.headers)
-            .map_err(|r| format!("the spilled delivery no longer parses: {}", r.detail))?;
+        let restored = record.restore().map_err(|why| unreadable(why.to_owned()))?;
+        if restored.provider != self.name {
+            return Err(unreadable(format!(
+                "a message for provider {:?} on {:?}'s queue",
+                restored.provider, self.name
+            )));
+        }
+        let reparsed = match self.reparse(&restored.body, &restored.headers) {
+            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+                self.reparse(&restored.body, &restored.headers)
+            }
+            other => other,
+        };
+        let (parsed, sha) = reparsed.map_err(|r| match r.problem {
+            Problem::InvalidPayload | Problem::UnreadableBody => unreadable(format!(
+                "the spilled delivery no longer parses: {}",
+                r.detail
+            )),
+            _ => Refused::Unproven(r),
+        })?;
         Ok(Reparsed {
             parsed,
             payload_sha256: sha,
@@ -631,20 +660,31 @@ impl<P: Provider> Receiver<P> {
         })
     }
 
-    /// The provider's parser on `body` with `headers` and the message id a signature covered,
-    /// with no signature checked here: a spilled delivery (checked when it arrived) or an event
-    /// read from its sender's API. The body's SHA-256 with it.
-    fn parse_unverified(
+    /// A spilled delivery's signature checked with no timestamp tolerance, then the provider's
+    /// parser on what it proved.
+    fn reparse(
         &self,
         body: &[u8],
-        message_id: Option<EventId>,
         headers: &http::HeaderMap,
     ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
-        let verified = crate::verify::Verified { message_id };
+        let provider = self.provider();
+        let verified = provider.verifier().authenticate(headers, body)?;
         let sha: [u8; 32] = Sha256::digest(body).into();
-        let parsed = self
-            .provider()
-            .parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
+        let parsed =
+            provider.parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
+        Ok((parsed, sha))
+    }
+
+    /// The provider's parser on an event read from its sender's API, with no signature to
+    /// check and no headers. The body's SHA-256 with it.
+    fn parse_unverified(&self, body: &[u8]) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
+        let verified = crate::verify::Verified::default();
+        let sha: [u8; 32] = Sha256::digest(body).into();
+        let headers = http::HeaderMap::new();
+        let parsed = self.provider().parse(
+            &Signed::new(body, &sha, &verified),
+            &Unsigned::new(&headers),
+        )?;
         Ok((parsed, sha))
     }
 
@@ -658,7 +698,7 @@ impl<P: Provider> Receiver<P> {
     /// (`recovered`); the run's counts are the caller's report.
     pub async fn recover(&self, body: &[u8]) -> Recovered {
         let started = Instant::now();
-        let recovered = match self.parse_unverified(body, None, &http::HeaderMap::new()) {
+        let recovered = match self.parse_unverified(body) {
             Err(r) => Recovered {
                 event_id: None,
                 disposition: Disposition::Rejected(r.clone()),
@@ -722,10 +762,16 @@ pub struct Admitted<E> {
     pub parsed: Parsed<E>,
     /// SHA-256 of the raw body, stored with the claim.
     pub payload_sha256: [u8; 32],
-    /// The message id the signature covered, if the scheme signs one.
-    message_id: Option<EventId>,
-    /// The unsigned headers the parser read and found.
+    /// The signature headers, and the unsigned headers the parser read and found: what a
+    /// spilled copy carries.
     read_headers: Vec<(String, String)>,
+}
+
+/// Why the drain did not apply a record: it is not a spilled delivery it can read (from its
+/// own queue, of its own provider), or its signature does not prove it.
+enum Refused {
+    Unreadable(String),
+    Unproven(Rejection),
 }
 
 /// A spilled delivery parsed again: the event, its body's hash and when it first arrived.

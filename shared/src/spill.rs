@@ -10,13 +10,18 @@
 //! the queue's stated number of receives to land in its dead-letter queue.
 //!
 //! A message is the signed body as the SQS message body (base64 when it holds a character SQS
-//! refuses), and in attributes: the provider, when it arrived, the message id the signature
-//! covered (Standard Webhooks' `webhook-id`), and the unsigned headers the provider's parser
-//! read, by name. The drain rebuilds exactly what the parser saw and parses again: the same
-//! bytes and the same headers give the same event, id and effect. The signature is not
-//! checked again (a Stripe signature is valid for 300 s; the drain may run hours later): what
-//! makes a message trustworthy is who can write to the queue (ARCHITECTURE.md, "The spill
-//! queue").
+//! refuses), and in attributes: the provider, when it arrived, and the headers it arrived with
+//! that the signature scheme and the provider's parser read, by name. The drain rebuilds
+//! exactly what the receiver saw and proves it again: the sender's signature is checked on the
+//! spilled bytes with the receiver's current secrets ([`crate::verify::Verify::authenticate`]:
+//! the MAC does not expire, so only the timestamp tolerance is waived, and a replay of an
+//! event still in the ledger is a duplicate), then the same bytes and headers give the same
+//! event, id and effect. A message that does not verify (forged, altered, or signed with a
+//! secret no longer configured) is never applied: it is reported failed, and after the
+//! queue's stated receives waits in the dead-letter queue. The drain takes records only from
+//! the function's own spill queue and its dead-letter queue (`eventSourceARN`), and a function
+//! without `SPILL_QUEUE_URL` drains nothing. Who can write to the queue is a second line of
+//! defence, not the only one (ARCHITECTURE.md, "The spill queue").
 
 use std::time::Duration;
 
@@ -43,24 +48,33 @@ pub const SPILL_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - SPILL_ATTRIBUTE_ROOM;
 const PROVIDER: &str = "claimonce-provider";
 const EVENT_ID: &str = "claimonce-event-id";
 const RECEIVED_AT: &str = "claimonce-received-at";
-const MESSAGE_ID: &str = "claimonce-message-id";
 const HEADERS: &str = "claimonce-headers";
 const ENCODING: &str = "claimonce-body-encoding";
 const VERSION: &str = "claimonce-spill";
 
-/// A receiver's spill queue: its URL, a bound on each send, and the SQS client, made at the
-/// first spill (a delivery that never spills pays nothing for it, cold start included).
+/// The version a message is written with. Version 1 carried no signature headers: the drain
+/// refuses it, since nothing in it can be proven.
+const WRITTEN_VERSION: &str = "2";
+
+/// A receiver's spill queue: its URL, a bound on each send, the queues its drain takes records
+/// from, and the SQS client, made at the first spill (a delivery that never spills pays nothing
+/// for it, cold start included).
 #[derive(Debug)]
 pub struct Spill {
     queue_url: String,
     timeout: Duration,
+    /// The dead-letter queue's ARN (`SPILL_DEAD_LETTER_QUEUE_ARN`), drained when an operator
+    /// turns its event source on.
+    dead_letter_arn: Option<String>,
     client: tokio::sync::OnceCell<aws_sdk_sqs::Client>,
 }
 
 impl Spill {
     /// From `SPILL_QUEUE_URL` (unset: no spill queue, a database outage is answered 500 as
-    /// before) and `SPILL_TIMEOUT_MS` (default 3000: the bound on putting one delivery on the
-    /// queue, within the function's timeout after the database's 6.1 s; template.yaml).
+    /// before, and the function drains nothing), `SPILL_TIMEOUT_MS` (default 3000: the bound on
+    /// putting one delivery on the queue, within the function's timeout after the database's
+    /// 6.1 s; template.yaml) and `SPILL_DEAD_LETTER_QUEUE_ARN` (optional: the one other queue
+    /// the drain takes records from).
     pub fn from_env() -> Result<Option<Self>, ConfigError> {
         let Some(queue_url) = config::optional("SPILL_QUEUE_URL") else {
             return Ok(None);
@@ -71,7 +85,48 @@ impl Spill {
                 "SPILL_TIMEOUT_MS must be greater than 0".into(),
             ));
         }
-        Ok(Some(Self::new(&queue_url, Duration::from_millis(ms))))
+        let spill = Self::new(&queue_url, Duration::from_millis(ms));
+        if spill.name().is_none() {
+            return Err(ConfigError::new(
+                "SPILL_QUEUE_URL is not a queue URL (https://<host>/<account>/<queue name>)".into(),
+            ));
+        }
+        Ok(Some(spill.with_dead_letter_arn(config::optional(
+            "SPILL_DEAD_LETTER_QUEUE_ARN",
+        ))))
+    }
+
+    /// The dead-letter queue's ARN, the one other queue the drain takes records from.
+    pub fn with_dead_letter_arn(mut self, arn: Option<String>) -> Self {
+        self.dead_letter_arn = arn;
+        self
+    }
+
+    /// The queue's account and name, the last two parts of its URL's path.
+    fn name(&self) -> Option<(&str, &str)> {
+        let path = self.queue_url.split_once("://")?.1.split_once('/')?.1;
+        let (account, name) = path.trim_end_matches('/').rsplit_once('/')?;
+        let account = account.rsplit('/').next().unwrap_or(account);
+        (!account.is_empty() && !name.is_empty()).then_some((account, name))
+    }
+
+    /// True when the drain may take a record from the queue `arn` names: this spill queue
+    /// (`arn:<partition>:sqs:<region>:<account>:<name>`, its account and name those of
+    /// [`SPILL_QUEUE_URL`](Self::from_env)) or its dead-letter queue. Lambda sets the record's
+    /// `eventSourceARN`; a direct invocation can write any, so this keeps out other queues'
+    /// messages, and the signature check keeps out forged ones.
+    pub(crate) fn drains(&self, arn: Option<&str>) -> bool {
+        let Some(arn) = arn else { return false };
+        if self.dead_letter_arn.as_deref() == Some(arn) {
+            return true;
+        }
+        let parts: Vec<&str> = arn.split(':').collect();
+        match (parts.as_slice(), self.name()) {
+            ([_arn, _partition, "sqs", _region, account, name], Some(own)) => {
+                (*account, *name) == own
+            }
+            _ => false,
+        }
     }
 
     /// A spill queue at `queue_url`, each send bounded by `timeout`. The AWS configuration
@@ -80,6 +135,7 @@ impl Spill {
         Self {
             queue_url: queue_url.to_owned(),
             timeout,
+            dead_letter_arn: None,
             client: tokio::sync::OnceCell::new(),
         }
     }
@@ -131,14 +187,15 @@ impl Spill {
     }
 }
 
-/// What a spilled message holds: everything the provider's parser saw.
+/// What a spilled message holds: everything the signature scheme and the provider's parser
+/// saw.
 #[derive(Debug)]
 pub(crate) struct Spilled<'a> {
     pub(crate) provider: &'a str,
     pub(crate) event_id: &'a str,
     pub(crate) body: &'a [u8],
-    pub(crate) message_id: Option<&'a str>,
-    /// The unsigned headers the parser read, with their values (absent ones are not listed).
+    /// The signature headers and the unsigned headers the parser read, with their values
+    /// (absent ones are not listed).
     pub(crate) headers: &'a [(String, String)],
     pub(crate) received_at: u64,
 }
@@ -150,14 +207,11 @@ impl Spilled<'_> {
         base64: bool,
     ) -> Result<Vec<(&'static str, String, &'static str)>, String> {
         let mut attributes = vec![
-            (VERSION, "1".to_owned(), "Number"),
+            (VERSION, WRITTEN_VERSION.to_owned(), "Number"),
             (PROVIDER, self.provider.to_owned(), "String"),
             (EVENT_ID, self.event_id.to_owned(), "String"),
             (RECEIVED_AT, self.received_at.to_string(), "Number"),
         ];
-        if let Some(id) = self.message_id {
-            attributes.push((MESSAGE_ID, id.to_owned(), "String"));
-        }
         if !self.headers.is_empty() {
             let headers: std::collections::BTreeMap<&str, &str> = self
                 .headers
@@ -202,6 +256,9 @@ pub(crate) struct Record {
     attributes: std::collections::HashMap<String, Attribute>,
     #[serde(rename = "attributes", default)]
     system: System,
+    /// The queue it came from, as Lambda's event source mapping says.
+    #[serde(rename = "eventSourceARN", default)]
+    pub(crate) event_source_arn: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -221,7 +278,6 @@ struct Attribute {
 pub(crate) struct Restored {
     pub(crate) provider: String,
     pub(crate) body: Vec<u8>,
-    pub(crate) message_id: Option<String>,
     pub(crate) headers: http::HeaderMap,
     pub(crate) received_at: u64,
 }
@@ -243,8 +299,15 @@ impl Record {
     /// The delivery this message holds; an error says which part is missing or unreadable
     /// (a message this code did not write, or one of another version).
     pub(crate) fn restore(&self) -> Result<Restored, &'static str> {
-        if self.attribute(VERSION) != Some("1") {
-            return Err("not a spilled delivery of version 1");
+        match self.attribute(VERSION) {
+            Some(WRITTEN_VERSION) => {}
+            Some("1") => {
+                return Err(
+                    "a spilled delivery of version 1 carries no signature to check \
+                            (OPERATIONS.md, \"Spilled deliveries\")",
+                );
+            }
+            _ => return Err("not a spilled delivery of version 2"),
         }
         let provider = self
             .attribute(PROVIDER)
@@ -276,7 +339,6 @@ impl Record {
         Ok(Restored {
             provider,
             body,
-            message_id: self.attribute(MESSAGE_ID).map(str::to_owned),
             headers,
             received_at,
         })
@@ -345,7 +407,6 @@ mod tests {
                 provider: "github",
                 event_id: "d-1",
                 body,
-                message_id: Some("msg_1"),
                 headers: &headers,
                 received_at: 1_796_070_269,
             };
@@ -358,7 +419,6 @@ mod tests {
             let restored = record(&text, &pairs).restore().expect("restored");
             assert_eq!(restored.body, body);
             assert_eq!(restored.provider, "github");
-            assert_eq!(restored.message_id.as_deref(), Some("msg_1"));
             assert_eq!(restored.received_at, 1_796_070_269);
             assert_eq!(
                 restored.headers.get("x-github-event").map(|v| v.as_bytes()),
@@ -382,14 +442,57 @@ mod tests {
     fn a_message_this_code_did_not_write_is_refused_by_name() {
         assert_eq!(
             record("{}", &[]).restore().expect_err("refused"),
-            "not a spilled delivery of version 1"
+            "not a spilled delivery of version 2"
+        );
+        assert!(
+            record("{}", &[(VERSION, "1")])
+                .restore()
+                .expect_err("refused")
+                .contains("no signature")
         );
         assert_eq!(
-            record("{}", &[(VERSION, "1"), (PROVIDER, "stripe")])
+            record("{}", &[(VERSION, "2"), (PROVIDER, "stripe")])
                 .restore()
                 .expect_err("refused"),
             "no arrival time"
         );
         assert_eq!(record("{}", &[]).receive_count(), 3);
+    }
+
+    #[test]
+    fn the_drain_takes_records_from_its_own_queue_and_its_dead_letter_queue_only() {
+        let spill = Spill::new(
+            "https://sqs.us-east-1.amazonaws.com/123456789012/app-stripe-spill",
+            Duration::from_secs(1),
+        )
+        .with_dead_letter_arn(Some("arn:aws:sqs:us-east-1:123456789012:app-dlq".into()));
+        for own in [
+            "arn:aws:sqs:us-east-1:123456789012:app-stripe-spill",
+            "arn:aws:sqs:us-east-1:123456789012:app-dlq",
+        ] {
+            assert!(spill.drains(Some(own)), "{own}");
+        }
+        for other in [
+            None,
+            Some("arn:aws:sqs:us-east-1:123456789012:app-github-spill"),
+            Some("arn:aws:sqs:us-east-1:210987654321:app-stripe-spill"),
+            Some("arn:aws:sqs:us-east-1:123456789012:app-stripe-spill:x"),
+            Some("arn:aws:sns:us-east-1:123456789012:app-stripe-spill"),
+            Some("app-stripe-spill"),
+            Some(""),
+        ] {
+            assert!(!spill.drains(other), "{other:?}");
+        }
+        // moto's URLs have the same shape.
+        let local = Spill::new(
+            "http://127.0.0.1:5000/123456789012/spill",
+            Duration::from_secs(1),
+        );
+        assert!(local.drains(Some("arn:aws:sqs:us-east-1:123456789012:spill")));
+        assert!(
+            Spill::new("not a url", Duration::from_secs(1))
+                .name()
+                .is_none()
+        );
     }
 }

@@ -312,7 +312,7 @@ async fn a_message_that_fails_every_time_reaches_the_dead_letter_queue() {
     sqs.send_message()
         .queue_url(&queue)
         .message_body("{}")
-        .message_attributes("claimonce-spill", number("1"))
+        .message_attributes("claimonce-spill", number("2"))
         .message_attributes("claimonce-provider", string("resend"))
         .message_attributes("claimonce-received-at", number("1796070269"))
         .send()
@@ -455,7 +455,7 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     outage.hold();
     let batch = {
         let api = std::sync::Arc::clone(&drain.api);
-        let event = claimonce_local::spill::sqs_event(&messages).to_string();
+        let event = claimonce_local::spill::sqs_event(&queue, &messages).to_string();
         tokio::spawn(async move { api.invoke(event, Duration::from_secs(60)).await })
     };
     claimonce_tests::until("the drain's statement is held at the database", || {
@@ -483,7 +483,7 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     .expect("the message comes back after its visibility timeout");
     assert_eq!(returned.len(), 1);
     let answer = again
-        .invoke(&claimonce_local::spill::sqs_event(&returned))
+        .invoke(&claimonce_local::spill::sqs_event(&queue, &returned))
         .await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
     assert_eq!(
@@ -574,14 +574,14 @@ async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untrie
     for _ in 0..2 {
         accepted.store(0, Ordering::SeqCst);
         let one = drain
-            .invoke(&claimonce_local::spill::sqs_event(&messages[..1]))
+            .invoke(&claimonce_local::spill::sqs_event(&queue, &messages[..1]))
             .await;
         assert_eq!(one["batchItemFailures"].as_array().map(Vec::len), Some(1));
     }
     let per_message = accepted.swap(0, Ordering::SeqCst);
     assert!(per_message > 0, "the drain tried the database");
     let all = drain
-        .invoke(&claimonce_local::spill::sqs_event(&messages))
+        .invoke(&claimonce_local::spill::sqs_event(&queue, &messages))
         .await;
     assert_eq!(
         all["batchItemFailures"].as_array().map(Vec::len),
@@ -603,26 +603,206 @@ fn outage_upstream(db: &TestDb) -> u16 {
     config.get_ports().first().copied().expect("a port")
 }
 
+/// A spilled record as the event source mapping hands one over: `body`, the attributes a
+/// receiver writes (`headers` among them), from the queue `arn`.
+fn spilled_record(id: &str, body: &str, headers: &[(&str, &str)], arn: &str) -> Value {
+    let attribute = |v: &str, t: &str| json!({"stringValue": v, "dataType": t});
+    let headers: serde_json::Map<String, Value> = headers
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), Value::from(*v)))
+        .collect();
+    json!({
+        "messageId": id,
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {
+            "claimonce-spill": attribute("2", "Number"),
+            "claimonce-provider": attribute("stripe", "String"),
+            "claimonce-received-at": attribute("1796070269", "Number"),
+            "claimonce-headers": attribute(&Value::Object(headers).to_string(), "String"),
+        },
+        "eventSource": "aws:sqs",
+        "eventSourceARN": arn,
+    })
+}
+
+/// A spilled record's headers: (name, value).
+type Headers = Vec<(String, String)>;
+
+/// Stripe's `invoice.paid` sample signed `age` seconds ago: its body and signature header.
+fn signed_invoice(age: u64) -> (String, String) {
+    let mut event = sample_event("stripe/invoice.paid.json");
+    resign(&mut event, now() - age).expect("sign");
+    let body = event["body"].as_str().expect("a text body").to_owned();
+    let signature = event["headers"]
+        .as_object()
+        .expect("headers")
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("stripe-signature"))
+        .and_then(|(_, v)| v.as_str())
+        .expect("a stripe-signature header")
+        .to_owned();
+    (body, signature)
+}
+
+/// The drain applies only what it can prove. Invoked directly, as any principal allowed
+/// `lambda:InvokeFunction` could, the Stripe function is handed records it must refuse: an
+/// unsigned `invoice.paid` crediting 99,999,999 with the spill attributes, the genuine delivery
+/// with its signature altered, its body altered under the genuine signature, and the genuine
+/// delivery from a queue that is not the function's. Each is reported failed and nothing is
+/// written. The genuine delivery from its own queue, signed an hour ago (far past the 300 s
+/// tolerance), is applied: only the timestamp's age is waived.
+#[tokio::test]
+async fn the_drain_applies_only_a_signed_delivery_from_its_own_queue() {
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let queue = format!(
+        "http://127.0.0.1:9/123456789012/stripe-spill-{}",
+        std::process::id()
+    );
+    let own = claimonce_local::spill::queue_arn(&queue);
+    let function = start(
+        f,
+        &db.function_url_as("stripe"),
+        &queue,
+        "http://127.0.0.1:9",
+    )
+    .await;
+    let (body, signature) = signed_invoice(3600);
+    let mut forged: Value = serde_json::from_str(&body).expect("JSON");
+    forged["data"]["object"]["amount_paid"] = json!(99_999_999);
+    let forged = forged.to_string();
+    let flipped = {
+        let last = signature.chars().last().expect("a signature");
+        let other = if last == '0' { '1' } else { '0' };
+        format!("{}{other}", &signature[..signature.len() - 1])
+    };
+    let stripe_signature = |value: &str| vec![("stripe-signature".to_owned(), value.to_owned())];
+    let cases: [(&str, &str, Headers, String); 5] = [
+        ("unsigned", &forged, vec![], own.clone()),
+        (
+            "signature altered",
+            &body,
+            stripe_signature(&flipped),
+            own.clone(),
+        ),
+        (
+            "body altered",
+            &forged,
+            stripe_signature(&signature),
+            own.clone(),
+        ),
+        (
+            "another queue",
+            &body,
+            stripe_signature(&signature),
+            own.replace("stripe-spill", "github-spill"),
+        ),
+        (
+            "no queue named",
+            &body,
+            stripe_signature(&signature),
+            String::new(),
+        ),
+    ];
+    for (case, body, headers, arn) in &cases {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let answer = function
+            .invoke(&json!({"Records": [spilled_record(case, body, &headers, arn)]}))
+            .await;
+        assert_eq!(
+            answer,
+            json!({"batchItemFailures": [{"itemIdentifier": case}]}),
+            "{case}"
+        );
+        assert_eq!(
+            db.count("SELECT count(*) FROM processed_events").await,
+            0,
+            "{case}: nothing applied"
+        );
+        assert_eq!(
+            db.count("SELECT count(*) FROM customers").await,
+            0,
+            "{case}: nothing credited"
+        );
+    }
+    let genuine = spilled_record("genuine", &body, &[("stripe-signature", &signature)], &own);
+    let answer = function.invoke(&json!({"Records": [genuine]})).await;
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+    let paid: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        db.count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
+            .await,
+        paid["data"]["object"]["amount_paid"]
+            .as_i64()
+            .expect("amount")
+    );
+}
+
+/// A function with no spill queue drains nothing: the genuine record is reported failed and
+/// nothing is written.
+#[tokio::test]
+async fn a_function_without_a_spill_queue_drains_nothing() {
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let api = std::sync::Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
+    let url = db.function_url_as("stripe");
+    let _instance = api
+        .command(
+            &binaries().await.join(f.binary),
+            &[("DATABASE_URL", url.as_str()), (f.secret_var, f.dev_secret)],
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let (body, signature) = signed_invoice(0);
+    let record = spilled_record(
+        "m-1",
+        &body,
+        &[("stripe-signature", &signature)],
+        "arn:aws:sqs:us-east-1:123456789012:spill",
+    );
+    let answer = claimonce_tests::lambda::invoke(
+        &api,
+        &json!({"Records": [record]}),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        answer,
+        json!({"batchItemFailures": [{"itemIdentifier": "m-1"}]})
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+}
+
 /// The HTTP path never drains: an SQS event holding a well-formed spilled delivery, handed to
 /// `Receiver::handle_event` (the API Gateway entry point), is refused as not an API Gateway
 /// event and writes nothing; only `handle_invocation` applies it.
 #[tokio::test]
 async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     let db = TestDb::new().await;
+    let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/spill";
     let (receiver, _) = db.receiver(claimonce_tests::sign::stripe());
-    let sample = sample_event("stripe/invoice.paid.json");
-    let attribute = |v: &str, t: &str| json!({"stringValue": v, "dataType": t});
-    let event = json!({"Records": [{
-        "messageId": "m-1",
-        "body": sample["body"],
-        "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {
-            "claimonce-spill": attribute("1", "Number"),
-            "claimonce-provider": attribute("stripe", "String"),
-            "claimonce-received-at": attribute("1796070269", "Number"),
-        },
-        "eventSource": "aws:sqs",
-    }]})
+    let receiver = receiver.with_spill(Some(claimonce::spill::Spill::new(
+        queue,
+        Duration::from_secs(1),
+    )));
+    let (body, _) = signed_invoice(0);
+    let signature = claimonce_tests::sign::stripe_header(
+        claimonce_tests::sign::STRIPE_SECRET,
+        now(),
+        body.as_bytes(),
+    );
+    let event = json!({"Records": [spilled_record(
+        "m-1",
+        &body,
+        &[("stripe-signature", &signature)],
+        "arn:aws:sqs:us-east-1:123456789012:spill",
+    )]})
     .to_string();
     let refused = receiver.handle_event(&event).await;
     assert_eq!(refused.status(), 400);

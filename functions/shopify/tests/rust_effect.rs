@@ -647,7 +647,7 @@ async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_ever
     let mut queue: Vec<i64> = (0..events)
         .flat_map(|i| (0..=i % 3).map(move |_| i))
         .collect();
-    XorShift(0xdead_11e).shuffle(&mut queue);
+    XorShift(0x0dea_d11e).shuffle(&mut queue);
     let queue = Arc::new(Mutex::new(VecDeque::from(queue)));
     let environments = (0..4)
         .map(|_| {

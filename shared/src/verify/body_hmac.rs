@@ -94,7 +94,7 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
 }
 
 impl Verify for BodyHmac {
-    fn verify(&self, headers: &HeaderMap, body: &[u8], _now: u64) -> Result<Verified, Rejection> {
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, Rejection> {
         let value = signature_header(headers, self.header)?
             .ok_or_else(|| reject(Problem::MissingSignature, "signature header is missing"))?;
         let signature = value
@@ -108,6 +108,15 @@ impl Verify for BodyHmac {
             })?;
         self.keys.check(&[body], &[signature])?;
         Ok(Verified::default())
+    }
+
+    /// None is consulted: the scheme signs no timestamp.
+    fn tolerance(&self) -> u64 {
+        0
+    }
+
+    fn signature_headers(&self) -> &[&'static str] {
+        std::slice::from_ref(&self.header)
     }
 }
 

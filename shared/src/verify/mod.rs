@@ -26,12 +26,49 @@ pub const MAX_SIGNATURES: usize = 8;
 pub struct Verified {
     /// The sender's message id when the scheme signs one (Standard Webhooks' `webhook-id`).
     pub message_id: Option<EventId>,
+    /// The unix time the signature covers, when the scheme signs one: what
+    /// [`Verify::verify`] holds to the scheme's tolerance.
+    pub signed_at: Option<u64>,
 }
 
 /// A signature scheme configured with its secrets and tolerance.
+///
+/// A scheme says what its signature proves ([`authenticate`](Self::authenticate), with no
+/// clock) and how fresh a signed timestamp must be ([`tolerance`](Self::tolerance));
+/// [`verify`](Self::verify) puts the two together for a delivery as it arrives. A spilled
+/// delivery is authenticated again when its drain applies it, hours later perhaps: the MAC
+/// does not expire, and a replay of an event still in the ledger is answered as a duplicate
+/// ([`crate::spill`]).
 pub trait Verify: Send + Sync {
-    /// Checks the signature over the exact `body` bytes. `now` is unix seconds.
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection>;
+    /// Checks the signature over the exact `body` bytes against the configured secrets, and
+    /// nothing that depends on the time: a malformed or missing header, or a signature that
+    /// matches no secret, is refused. Returns what the signed headers said, the signed
+    /// timestamp included for a scheme that signs one.
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, Rejection>;
+
+    /// The most seconds a signed timestamp may be from the receiver's clock, either way. Only
+    /// consulted for a scheme whose [`Verified::signed_at`] is set.
+    fn tolerance(&self) -> u64;
+
+    /// The headers (lower-case names) the scheme reads: a spilled delivery keeps those it
+    /// arrived with, so that the drain can authenticate it again.
+    fn signature_headers(&self) -> &[&'static str];
+
+    /// Checks a delivery as it arrives: [`authenticate`](Self::authenticate), then the signed
+    /// timestamp, if any, within [`tolerance`](Self::tolerance) of `now` (unix seconds). The
+    /// signature is checked first, so a stale answer is only ever given to a genuine one.
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
+        let verified = self.authenticate(headers, body)?;
+        if let Some(signed_at) = verified.signed_at
+            && !within_tolerance(signed_at, now, self.tolerance())
+        {
+            return Err(reject(
+                Problem::StaleTimestamp,
+                "signature timestamp is outside the tolerance window",
+            ));
+        }
+        Ok(verified)
+    }
 }
 
 /// The verifier of a provider built to read events from its sender's own API (a recover
@@ -40,11 +77,19 @@ pub trait Verify: Send + Sync {
 pub struct NoWebhooks;
 
 impl Verify for NoWebhooks {
-    fn verify(&self, _: &HeaderMap, _: &[u8], _: u64) -> Result<Verified, Rejection> {
+    fn authenticate(&self, _: &HeaderMap, _: &[u8]) -> Result<Verified, Rejection> {
         Err(Rejection::new(
             Problem::SignatureMismatch,
             "this function reads its sender's API and takes no webhooks",
         ))
+    }
+
+    fn tolerance(&self) -> u64 {
+        0
+    }
+
+    fn signature_headers(&self) -> &[&'static str] {
+        &[]
     }
 }
 

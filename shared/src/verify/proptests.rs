@@ -149,7 +149,7 @@ proptest! {
         let headers = stripe_headers(&format!("t={},v1={sig}", clock.signed_at));
         prop_assert_eq!(
             stripe_verifier(&secret).verify(&headers, &body, clock.now),
-            Ok(Verified::default())
+            Ok(Verified { message_id: None, signed_at: Some(clock.signed_at) })
         );
     }
 
@@ -280,7 +280,10 @@ proptest! {
         let headers = sw_headers(prefix, &id, &clock.signed_at.to_string(), &sig);
         prop_assert_eq!(
             sw_verifier(&key).verify(&headers, &body, clock.now),
-            Ok(Verified { message_id: Some(crate::provider::EventId::new(id).expect("a valid id")) })
+            Ok(Verified {
+                message_id: Some(crate::provider::EventId::new(id).expect("a valid id")),
+                signed_at: Some(clock.signed_at),
+            })
         );
     }
 

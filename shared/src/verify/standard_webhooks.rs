@@ -6,14 +6,12 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 
-use super::{
-    MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, reject, signature_header, within_tolerance,
-};
+use super::{MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, reject, signature_header};
 use crate::provider::EventId;
 use crate::response::{Problem, Rejection};
 
 /// The three headers, in one of the two accepted spellings.
-const SPELLINGS: [[&str; 3]; 2] = [
+static SPELLINGS: [[&str; 3]; 2] = [
     ["webhook-id", "webhook-timestamp", "webhook-signature"],
     ["svix-id", "svix-timestamp", "svix-signature"],
 ];
@@ -92,7 +90,7 @@ impl Sign for StandardWebhooks {
 }
 
 impl Verify for StandardWebhooks {
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, Rejection> {
         // The spelling is chosen by the id header; mixing spellings is not accepted.
         let mut chosen = None;
         for [id, ts, sig] in SPELLINGS {
@@ -144,15 +142,18 @@ impl Verify for StandardWebhooks {
             &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
             &candidates,
         )?;
-        if !within_tolerance(timestamp_value, now, self.tolerance) {
-            return Err(reject(
-                Problem::StaleTimestamp,
-                "signature timestamp is outside the tolerance window",
-            ));
-        }
         Ok(Verified {
             message_id: Some(message_id),
+            signed_at: Some(timestamp_value),
         })
+    }
+
+    fn tolerance(&self) -> u64 {
+        self.tolerance
+    }
+
+    fn signature_headers(&self) -> &[&'static str] {
+        SPELLINGS.as_flattened()
     }
 }
 

@@ -5,7 +5,7 @@ use http::HeaderMap;
 
 use super::{
     MAX_HEADER_LEN, MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, decode_lower_hex,
-    lower_hex, reject, signature_header, within_tolerance,
+    lower_hex, reject, signature_header,
 };
 use crate::response::{Problem, Rejection};
 
@@ -114,20 +114,25 @@ impl Sign for TimestampV1 {
 }
 
 impl Verify for TimestampV1 {
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, Rejection> {
         let value = signature_header(headers, self.header)?
             .ok_or_else(|| reject(Problem::MissingSignature, "signature header is missing"))?;
         let header = parse_header(value)?;
         let timestamp = header.timestamp.to_string();
         self.keys
             .check(&[timestamp.as_bytes(), b".", body], &header.signatures)?;
-        if !within_tolerance(header.timestamp, now, self.tolerance) {
-            return Err(reject(
-                Problem::StaleTimestamp,
-                "signature timestamp is outside the tolerance window",
-            ));
-        }
-        Ok(Verified::default())
+        Ok(Verified {
+            message_id: None,
+            signed_at: Some(header.timestamp),
+        })
+    }
+
+    fn tolerance(&self) -> u64 {
+        self.tolerance
+    }
+
+    fn signature_headers(&self) -> &[&'static str] {
+        std::slice::from_ref(&self.header)
     }
 }
 
@@ -165,7 +170,34 @@ mod tests {
         let h = headers(&format!("t={T},v1={VECTOR}"));
         assert_eq!(
             verifier(&[SECRET]).verify(&h, BODY, T + 10),
-            Ok(Verified::default())
+            Ok(Verified {
+                message_id: None,
+                signed_at: Some(T),
+            })
+        );
+    }
+
+    #[test]
+    fn authenticating_waives_only_the_tolerance() {
+        let h = headers(&format!("t={T},v1={VECTOR}"));
+        // A day late: stale as a delivery, genuine as a spilled one.
+        assert_eq!(
+            problem(verifier(&[SECRET]).verify(&h, BODY, T + 86_400)),
+            Problem::StaleTimestamp
+        );
+        assert_eq!(
+            verifier(&[SECRET])
+                .authenticate(&h, BODY)
+                .map(|v| v.signed_at),
+            Ok(Some(T))
+        );
+        assert_eq!(
+            problem(verifier(&[SECRET]).authenticate(&h, b"{}")),
+            Problem::SignatureMismatch
+        );
+        assert_eq!(
+            problem(verifier(&["whsec_other"]).authenticate(&h, BODY)),
+            Problem::SignatureMismatch
         );
     }
 
