@@ -27,6 +27,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long to wait after a rate-limited answer that says nothing of when to come back.
 pub const DEFAULT_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
 
+/// The longest wait a rate limit is taken to ask for: a day. A scheduled run comes back
+/// sooner anyway, and a larger `retry-after` (up to `u64::MAX` seconds, which no clock can add)
+/// is read as this.
+pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(86_400);
+
 /// The HTTPS client of the functions' own calls out (a sender's API, CloudFormation's
 /// pre-signed response URL): HTTP/1 on rustls with ring and the public web roots; plain
 /// `http` only where the caller allows it (a loopback test server).
@@ -214,8 +219,8 @@ pub fn secret_header(name: HeaderName, value: &str) -> Result<(HeaderName, Heade
 
 /// How long an answer says to wait: a 429, or a 403 that GitHub marks as a rate limit (a
 /// `retry-after`, or `x-ratelimit-remaining: 0`). `retry-after` (seconds) wins; else
-/// `x-ratelimit-reset` (Unix seconds) from `now`; else [`DEFAULT_RATE_LIMIT_WAIT`]. `None`
-/// when the answer is not a rate limit.
+/// `x-ratelimit-reset` (Unix seconds) from `now`; else [`DEFAULT_RATE_LIMIT_WAIT`]; never more
+/// than [`MAX_RATE_LIMIT_WAIT`]. `None` when the answer is not a rate limit.
 pub fn rate_limit(status: StatusCode, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let number = |name: &str| {
         headers
@@ -230,14 +235,15 @@ pub fn rate_limit(status: StatusCode, headers: &HeaderMap, now: SystemTime) -> O
     if !limited {
         return None;
     }
-    if let Some(seconds) = retry_after {
-        return Some(Duration::from_secs(seconds));
-    }
-    if let Some(reset) = number("x-ratelimit-reset") {
+    let wait = if let Some(seconds) = retry_after {
+        Duration::from_secs(seconds)
+    } else if let Some(reset) = number("x-ratelimit-reset") {
         let now = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        return Some(Duration::from_secs(reset.saturating_sub(now)));
-    }
-    Some(DEFAULT_RATE_LIMIT_WAIT)
+        Duration::from_secs(reset.saturating_sub(now))
+    } else {
+        DEFAULT_RATE_LIMIT_WAIT
+    };
+    Some(wait.min(MAX_RATE_LIMIT_WAIT))
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -331,6 +337,14 @@ mod tests {
             Some(Duration::ZERO),
             "a reset in the past"
         );
+        // Any number a header can hold is a wait a clock can add.
+        for huge in [&u64::MAX.to_string(), "99999999999", "4000000000"] {
+            for header in ["retry-after", "x-ratelimit-reset"] {
+                let wait = rate_limit(many, &headers(&[(header, huge)]), now).expect("limited");
+                assert_eq!(wait, MAX_RATE_LIMIT_WAIT, "{header}: {huge}");
+                assert!(std::time::Instant::now().checked_add(wait).is_some());
+            }
+        }
     }
 
     #[test]

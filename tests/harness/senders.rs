@@ -353,6 +353,8 @@ struct StripeState {
     page_size: usize,
     requests: usize,
     rate_limit_at: Option<usize>,
+    /// The request answered with no events and `has_more` true.
+    hollow_at: Option<usize>,
 }
 
 /// Stripe's events API.
@@ -414,6 +416,13 @@ impl StripeApi {
         state.rate_limit_at = Some(state.requests + n);
     }
 
+    /// The `n`th request from now on (1-based) is answered with an empty page that says
+    /// `has_more`: what a listing must not loop on.
+    pub fn hollow_page_request(&self, n: usize) {
+        let mut state = self.state.lock().expect("state");
+        state.hollow_at = Some(state.requests + n);
+    }
+
     /// Requests so far.
     pub fn requests(&self) -> usize {
         self.state.lock().expect("state").requests
@@ -444,14 +453,15 @@ impl StripeApi {
                 json!({"error": {"type": kind, "message": message}}),
             )
         };
-        let (key, limited, page_size) = {
+        let (key, limited, hollow, page_size) = {
             let mut state = self.state.lock().expect("state");
             state.requests += 1;
             let limited = state.rate_limit_at == Some(state.requests);
             if limited {
                 state.rate_limit_at = None;
             }
-            (state.key.clone(), limited, state.page_size)
+            let hollow = state.hollow_at == Some(state.requests);
+            (state.key.clone(), limited, hollow, state.page_size)
         };
         let bearer = request
             .headers()
@@ -518,6 +528,13 @@ impl StripeApi {
                 }
             },
         };
+        if hollow {
+            return reply(
+                200,
+                &[],
+                json!({"object": "list", "url": "/v1/events", "has_more": true, "data": []}),
+            );
+        }
         let take = usize::try_from(limit).unwrap_or(100).min(page_size);
         let page: Vec<Value> = events.iter().skip(start).take(take).cloned().collect();
         let has_more = start + page.len() < events.len();

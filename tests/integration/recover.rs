@@ -421,6 +421,31 @@ async fn stripe_recover_pages_to_the_boundary_and_a_rate_limit_ends_the_run_clea
     assert_eq!(credit(&db, "cus_page").await, 600);
 }
 
+/// A page that holds no event but says there are more (a listing Stripe should never send)
+/// ends the run with an error instead of asking for the same page until the budget ends; what
+/// was listed before it is applied.
+#[tokio::test]
+async fn stripe_recover_ends_its_run_on_an_empty_page_that_says_there_are_more() {
+    let db = TestDb::new().await;
+    let api = StripeApi::start(STRIPE_KEY, 2, None).await;
+    for i in 0..4 {
+        api.add(
+            &invoice(&format!("evt_hollow_{i}"), "cus_hollow", 100, 7200 - i * 60),
+            false,
+        );
+    }
+    let recover = stripe_recover(db.function_url(), &api, &[]).await;
+    api.hollow_page_request(2);
+    let failed = recover.run().await.expect_err("the run fails");
+    assert!(failed.contains("no events"), "{failed}");
+    assert_eq!(api.requests(), 2, "no request after the empty page");
+    assert_eq!(
+        credit(&db, "cus_hollow").await,
+        200,
+        "the first page applied"
+    );
+}
+
 #[tokio::test]
 async fn stripe_recover_with_a_key_stripe_refuses_fails_the_run_without_showing_it() {
     let db = TestDb::new().await;

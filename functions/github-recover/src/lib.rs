@@ -465,7 +465,11 @@ impl Recoverer {
             ApiError::RateLimited { retry_after } => {
                 report.rate_limited_seconds = Some(retry_after.as_secs());
                 if let Ok(mut quiet) = self.quiet_until.lock() {
-                    *quiet = Some(Instant::now() + retry_after);
+                    // rate_limit bounds the wait; a clock that cannot add it stays quiet as long
+                    // as the bound.
+                    *quiet = Instant::now().checked_add(retry_after).or_else(|| {
+                        Instant::now().checked_add(claimonce::sender_api::MAX_RATE_LIMIT_WAIT)
+                    });
                 }
             }
             e => report.error = Some(format!("GitHub: {e}")),

@@ -291,6 +291,12 @@ impl Recoverer {
                 return events;
             };
             report.pages += 1;
+            if page.data.is_empty() && page.has_more {
+                // Paging on would ask for the same page again, until the budget ends.
+                report.error =
+                    Some("listing events: a page with no events says there are more".into());
+                return events;
+            }
             for raw in page.data {
                 let Ok(head) = serde_json::from_str::<Head>(raw.get()) else {
                     report.error = Some("listing events: an event without id or created".into());
