@@ -17,10 +17,16 @@ pub fn migration_file_name(file: &str) -> Option<(i32, &str)> {
 /// only `key = "value"` lines are read (a comment may follow), which is how the entries are
 /// written; other tables, and other shapes of line, are left alone.
 pub fn registry_value<'a>(manifest: &'a str, key: &str) -> Option<&'a str> {
+    table_value(manifest, "package.metadata.claimonce", key)
+}
+
+/// The value of `key` in the table `[<table>]` of a manifest's text (such as the registry
+/// entry's `package.metadata.claimonce.deploy`), read as [`registry_value`] reads its own.
+pub fn table_value<'a>(manifest: &'a str, table: &str, key: &str) -> Option<&'a str> {
     let mut in_table = false;
     for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_table = line == "[package.metadata.claimonce]";
+        if let Some(name) = line.strip_prefix('[') {
+            in_table = name.strip_suffix(']') == Some(table);
             continue;
         }
         let Some((k, value)) = line.split_once('=').filter(|_| in_table) else {
@@ -41,6 +47,23 @@ pub fn registry_value<'a>(manifest: &'a str, key: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_read_from_its_own_table_only() {
+        let manifest = "[package]\nname = \"x\"\n[package.metadata.claimonce]\n\
+                        provider = \"x\"\n[package.metadata.claimonce.deploy]\n\
+                        retention = \"never\" # kept\n";
+        assert_eq!(registry_value(manifest, "provider"), Some("x"));
+        assert_eq!(registry_value(manifest, "retention"), None);
+        assert_eq!(
+            table_value(manifest, "package.metadata.claimonce.deploy", "retention"),
+            Some("never")
+        );
+        assert_eq!(
+            table_value(manifest, "package.metadata.claimonce.deploy", "provider"),
+            None
+        );
+    }
 
     #[test]
     fn a_migration_file_is_v_number_and_name() {

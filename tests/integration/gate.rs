@@ -116,8 +116,12 @@ async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_no
 #[tokio::test]
 async fn a_function_login_writes_no_table_directly() {
     let db = TestDb::new().await;
-    for role in ["claimonce_stripe", "claimonce_resend", "claimonce_github"] {
-        let login = session_as(&db, role).await;
+    for role in claimonce_local::functions::all()
+        .expect("the registry")
+        .iter()
+        .map(|f| format!("claimonce_{}", f.provider))
+    {
+        let login = session_as(&db, &role).await;
         for sql in [
             // A pre-claim: the real delivery would answer duplicate and never be applied.
             "INSERT INTO processed_events (provider, event_id, event_type) \
@@ -206,6 +210,16 @@ async fn one_providers_login_can_neither_claim_nor_apply_for_another() {
          SELECT claimonce_forward_v2('stripe', 'body_4', 'stripe.x', '{}', NULL, NULL); COMMIT",
         "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_5', 'issues', NULL); \
          SELECT claimonce_forward_v2('github', 'body_other', 'github.issues', '{}', NULL, NULL); \
+         COMMIT",
+        // Its own claim and identity, another provider's topic: the relay would hand a
+        // customer's payload to Stripe's welcome-mail consumer.
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_6', 'issues', NULL); \
+         SELECT claimonce_forward_v2('github', 'body_6', 'email.welcome', '{}', NULL, NULL); \
+         COMMIT",
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_7', 'issues', NULL); \
+         SELECT claimonce_forward_v1('github', 'body_7', 'stripe.invoice', '{}'); COMMIT",
+        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_8', 'issues', NULL); \
+         SELECT claimonce_forward_v2('github', 'body_8', 'githubx.issues', '{}', NULL, NULL); \
          COMMIT",
     ] {
         assert_eq!(sqlstate(&github, sql).await, DENIED, "{sql}");

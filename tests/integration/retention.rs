@@ -238,12 +238,17 @@ async fn only_the_sweeper_role_may_delete_from_the_ledger_and_no_role_may_rewrit
 
     let delete = "DELETE FROM processed_events";
     let update = "UPDATE processed_events SET event_type = 'forged'";
-    for role in [
-        "claimonce_handler",
-        "claimonce_stripe",
-        "claimonce_resend",
-        "claimonce_github",
-    ] {
+    // The transitional handler role and every provider's role, from the registry.
+    let roles: Vec<String> = std::iter::once("claimonce_handler".to_owned())
+        .chain(
+            claimonce_local::functions::all()
+                .expect("the registry")
+                .iter()
+                .map(|f| format!("claimonce_{}", f.provider)),
+        )
+        .collect();
+    assert!(roles.len() >= 5, "{roles:?}");
+    for role in &roles {
         assert_eq!(as_role(&client, role, delete).await, denied, "{role}");
         assert_eq!(as_role(&client, role, update).await, denied, "{role}");
     }
@@ -317,7 +322,8 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
     let client = db.client().await;
     ledger_rows(&client, "old", 5, 120).await;
     ledger_rows(&client, "new", 1, 1).await;
-    // GitHub's claims, as old: the template's RETENTION_DAYS_GITHUB=never keeps them.
+    // GitHub's claims, as old: its registry entry's `retention = "never"` keeps them, with no
+    // RETENTION_DAYS_GITHUB in the function's environment.
     client
         .batch_execute(
             "INSERT INTO processed_events (provider, event_id, event_type, received_at) \
@@ -332,7 +338,6 @@ async fn the_retention_sweep_binary_sweeps_under_the_runtime_api_and_logs_its_me
         &[
             ("DATABASE_URL", db.function_url()),
             ("RETENTION_DAYS", "90"),
-            ("RETENTION_DAYS_GITHUB", "never"),
             ("SWEEP_BATCH_SIZE", "2"),
         ],
     );

@@ -6,10 +6,11 @@
 //! `RETENTION_DAYS` (default 90, at least 31) are past all of that and are removed here,
 //! together with outbox messages delivered longer ago than the same window.
 //!
-//! A provider may have a window of its own, `RETENTION_DAYS_<PROVIDER>`: a number of days, or
-//! `never`. A signature that never expires (GitHub's: no timestamp is signed) stays valid for
-//! a captured body forever, and only its ledger row makes a replay a duplicate, so the template
-//! sets `RETENTION_DAYS_GITHUB=never`.
+//! A provider may have a window of its own: its registry entry's `retention` (`never`, or a
+//! number of days), compiled in, and `RETENTION_DAYS_<PROVIDER>` in the environment, which
+//! overrides it. A signature that never expires (GitHub's: no timestamp is signed) stays valid
+//! for a captured body forever, and only its ledger row makes a replay a duplicate, so GitHub's
+//! entry says `never`: its rows are kept however the function is configured.
 //!
 //! Every batch is one short transaction in one round trip, running as `claimonce_sweeper`
 //! (`SET LOCAL ROLE`), so the sweep never holds locks for long, can do nothing the sweeper
@@ -27,6 +28,10 @@ use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde_json::{Map, Value, json};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
+mod registered {
+    include!(concat!(env!("OUT_DIR"), "/registered.rs"));
+}
+
 /// The binary's name, the `Function` dimension's value outside Lambda.
 pub const FUNCTION: &str = "retention-sweep";
 
@@ -41,6 +46,14 @@ pub struct Policy {
     pub per_provider: Vec<(String, Option<u32>)>,
 }
 
+/// A window as written: `never` (`Some(None)`), a number of days, or nothing valid (`None`).
+fn window(value: &str) -> Option<Option<u32>> {
+    match value.trim() {
+        "never" => Some(None),
+        n => n.parse::<u32>().ok().map(Some),
+    }
+}
+
 /// The prefix of a provider's own window: `RETENTION_DAYS_GITHUB=never`.
 pub const PROVIDER_WINDOW_PREFIX: &str = "RETENTION_DAYS_";
 
@@ -50,14 +63,16 @@ pub const MIN_RETENTION_DAYS: u32 = 31;
 
 impl Policy {
     /// From `RETENTION_DAYS` (default 90, at least [`MIN_RETENTION_DAYS`]) and
-    /// `SWEEP_BATCH_SIZE` (default 5000, 1 to 100000).
+    /// `SWEEP_BATCH_SIZE` (default 5000, 1 to 100000), with the registry's windows
+    /// ([`Policy::with_registry`]) and `RETENTION_DAYS_<PROVIDER>` over them.
     pub fn from_env() -> Result<Self, ConfigError> {
         let days = config::number("RETENTION_DAYS", 90)?;
         let batch = config::number("SWEEP_BATCH_SIZE", 5000)?;
         let mut policy = Self::new(
             u32::try_from(days).unwrap_or(u32::MAX),
             u32::try_from(batch).unwrap_or(u32::MAX),
-        )?;
+        )?
+        .with_registry()?;
         let mut own: Vec<(String, String)> = std::env::vars()
             .filter_map(|(name, value)| {
                 let provider = name.strip_prefix(PROVIDER_WINDOW_PREFIX)?;
@@ -66,18 +81,30 @@ impl Policy {
             .collect();
         own.sort();
         for (provider, value) in own {
-            let days = match value.trim() {
-                "never" => None,
-                n => Some(n.parse::<u32>().map_err(|_| {
-                    ConfigError::new(format!(
-                        "{PROVIDER_WINDOW_PREFIX}{}: a number of days or never",
-                        provider.to_ascii_uppercase()
-                    ))
-                })?),
-            };
+            let days = window(&value).ok_or_else(|| {
+                ConfigError::new(format!(
+                    "{PROVIDER_WINDOW_PREFIX}{}: a number of days or never",
+                    provider.to_ascii_uppercase()
+                ))
+            })?;
             policy = policy.with_provider(&provider, days)?;
         }
         Ok(policy)
+    }
+
+    /// Gives each provider whose registry entry has a `retention` that window: the built-in
+    /// default, so that a provider whose claims must be kept (`never`) is never swept for want
+    /// of a variable.
+    pub fn with_registry(mut self) -> Result<Self, ConfigError> {
+        for (provider, value) in registered::REGISTERED {
+            let days = window(value).ok_or_else(|| {
+                ConfigError::new(format!(
+                    "{provider}'s registry entry: retention is a number of days or never"
+                ))
+            })?;
+            self = self.with_provider(provider, days)?;
+        }
+        Ok(self)
     }
 
     /// Gives `provider` (its ledger name) a window of its own: `days`, or `None` to keep its
@@ -427,6 +454,25 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_s_windows_are_the_built_in_default() {
+        let policy = Policy::new(90, 5000)
+            .and_then(Policy::with_registry)
+            .expect("a policy");
+        assert!(
+            policy.per_provider.contains(&("github".to_owned(), None)),
+            "GitHub's entry says never: {:?}",
+            policy.per_provider
+        );
+        // The environment may still set a window of its own over it.
+        let over = policy.with_provider("github", Some(400)).expect("a window");
+        assert!(
+            over.per_provider
+                .contains(&("github".to_owned(), Some(400)))
+        );
+        assert!(!over.per_provider.contains(&("github".to_owned(), None)));
+    }
 
     #[test]
     fn the_policy_refuses_a_window_shorter_than_the_senders_resend() {
