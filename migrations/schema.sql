@@ -66,6 +66,26 @@ $$;
 
 COMMENT ON FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text, p_event_type text, p_payload_sha256 bytea, OUT won boolean, OUT stored_sha256 bytea) IS 'Claims (provider, event_id) in the ledger: won = true for the first delivery; for a duplicate, won = false and the first delivery''s payload hash.';
 
+CREATE FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) RETURNS SETOF text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET lock_timeout TO '2s'
+    AS $$
+BEGIN
+    IF NOT pg_has_role(session_user, 'claimonce_' || p_provider, 'MEMBER') THEN
+        RAISE EXCEPTION 'claimonce: this login may not read that provider''s ledger'
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN QUERY
+        SELECT e.event_id
+        FROM processed_events AS e
+        WHERE e.provider = p_provider
+          AND e.event_id = ANY (p_event_ids);
+END
+$$;
+
+COMMENT ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) IS 'The ids among p_event_ids that the ledger holds for p_provider; for that provider''s logins only.';
+
 CREATE FUNCTION public.claimonce_forward_v1(p_provider text, p_event_id text, p_topic text, p_payload text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -74,6 +94,10 @@ CREATE FUNCTION public.claimonce_forward_v1(p_provider text, p_event_id text, p_
 BEGIN
     IF claimonce_take_claim_v1(p_provider) IS DISTINCT FROM p_event_id THEN
         RAISE EXCEPTION 'claimonce: a forward carries the identity of the claim it runs under'
+            USING ERRCODE = '42501';
+    END IF;
+    IF left(p_topic, length(p_provider) + 1) IS DISTINCT FROM p_provider || '.' THEN
+        RAISE EXCEPTION 'claimonce: a forward''s topic is named after its provider'
             USING ERRCODE = '42501';
     END IF;
     INSERT INTO outbox (topic, payload, provider, event_id)
@@ -91,6 +115,10 @@ CREATE FUNCTION public.claimonce_forward_v2(p_provider text, p_event_id text, p_
 BEGIN
     IF claimonce_take_claim_v1(p_provider) IS DISTINCT FROM p_event_id THEN
         RAISE EXCEPTION 'claimonce: a forward carries the identity of the claim it runs under'
+            USING ERRCODE = '42501';
+    END IF;
+    IF left(p_topic, length(p_provider) + 1) IS DISTINCT FROM p_provider || '.' THEN
+        RAISE EXCEPTION 'claimonce: a forward''s topic is named after its provider'
             USING ERRCODE = '42501';
     END IF;
     IF octet_length(p_topic) > 128 OR octet_length(p_signature_header) > 64
@@ -630,6 +658,13 @@ GRANT ALL ON FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text
 GRANT ALL ON FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text, p_event_type text, p_payload_sha256 bytea, OUT won boolean, OUT stored_sha256 bytea) TO claimonce_resend;
 GRANT ALL ON FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text, p_event_type text, p_payload_sha256 bytea, OUT won boolean, OUT stored_sha256 bytea) TO claimonce_github;
 GRANT ALL ON FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text, p_event_type text, p_payload_sha256 bytea, OUT won boolean, OUT stored_sha256 bytea) TO claimonce_shopify;
+
+REVOKE ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) TO claimonce_handler;
+GRANT ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) TO claimonce_stripe;
+GRANT ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) TO claimonce_resend;
+GRANT ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) TO claimonce_github;
+GRANT ALL ON FUNCTION public.claimonce_claimed_v1(p_provider text, p_event_ids text[]) TO claimonce_shopify;
 
 REVOKE ALL ON FUNCTION public.claimonce_forward_v1(p_provider text, p_event_id text, p_topic text, p_payload text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.claimonce_forward_v1(p_provider text, p_event_id text, p_topic text, p_payload text) TO claimonce_handler;

@@ -741,6 +741,18 @@ impl<P: Provider> Receiver<P> {
     }
 }
 
+impl<P: Provider> Receiver<P> {
+    /// The ids among `event_ids` already in this provider's ledger: applied by a webhook, a
+    /// drain or an earlier run. A recover function asks before it applies what it listed, so
+    /// its cap counts only events still to apply. An error is the database's, data-free.
+    pub async fn claimed(
+        &self,
+        event_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, crate::db::DeliveryError> {
+        self.database.claimed(self.name, event_ids).await
+    }
+}
+
 /// What [`Receiver::recover`] did with one event.
 #[derive(Debug)]
 pub struct Recovered {

@@ -217,6 +217,57 @@ pub fn secret_header(name: HeaderName, value: &str) -> Result<(HeaderName, Heade
     Ok((name, value))
 }
 
+/// A credential for a sender's API (a restricted key, an API key): its text is what the
+/// caller puts in a header, and its `Debug` shows nothing of it.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps `key` (surrounding whitespace, as a secret's text often ends, is dropped).
+    pub fn new(key: &str) -> Self {
+        Self(key.trim().to_owned())
+    }
+
+    /// The `Authorization: Bearer <key>` header, marked sensitive.
+    pub fn bearer(&self) -> Result<(HeaderName, HeaderValue), String> {
+        secret_header(http::header::AUTHORIZATION, &format!("Bearer {}", self.0))
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+/// One execution environment's memory of its sender's last rate limit: a recover function
+/// makes no request before it resets.
+#[derive(Debug, Default)]
+pub struct Quiet(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl Quiet {
+    /// Whole seconds left (at least 1) before the last rate limit resets, while it has not.
+    pub fn seconds_left(&self) -> Option<u64> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|q| *q)
+            .and_then(|until| until.checked_duration_since(std::time::Instant::now()))
+            .filter(|left| !left.is_zero())
+            .map(|left| left.as_secs().max(1))
+    }
+
+    /// Remembers a rate limit that resets in `wait` (at most [`MAX_RATE_LIMIT_WAIT`] counts).
+    pub fn until(&self, wait: Duration) {
+        let now = std::time::Instant::now();
+        if let Ok(mut quiet) = self.0.lock() {
+            *quiet = now
+                .checked_add(wait.min(MAX_RATE_LIMIT_WAIT))
+                .or_else(|| now.checked_add(MAX_RATE_LIMIT_WAIT));
+        }
+    }
+}
+
 /// How long an answer says to wait: a 429, or a 403 that GitHub marks as a rate limit (a
 /// `retry-after`, or `x-ratelimit-remaining: 0`). `retry-after` (seconds) wins; else
 /// `x-ratelimit-reset` (Unix seconds) from `now`; else [`DEFAULT_RATE_LIMIT_WAIT`]; never more

@@ -13,6 +13,11 @@
 //!   own or read from localstripe (the real emulator, which lists events with `created` and
 //!   `starting_after` but has no `delivery_success` filter, returns them oldest first and
 //!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks.
+//! - [`ResendApi`]: Resend's API reference of `GET /webhooks/{webhook_id}/events` (most recent
+//!   first, `limit` 1 to 100 defaulting to 20, `after` an event id, no `before`; `object`
+//!   `list`, `has_more`, `data` of `id`, `type`, `created_at`, `status`) and
+//!   `POST /webhooks/{webhook_id}/events/{event_id}/replay`, an API key as a bearer token,
+//!   and a 429 with `retry-after`. No emulator serves these calls.
 
 use std::sync::{Arc, Mutex};
 
@@ -243,7 +248,30 @@ impl GitHubApi {
                 .and_then(|(_, v)| v.strip_prefix("v1_"))
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(0);
-            let mut sorted = state.attempts.clone();
+            // GitHub's `status` filter: `success` is a status code of 200 to 399, `failure`
+            // one of 400 to 599 (an attempt with no answer, code 0, is in neither).
+            let status = q
+                .iter()
+                .find(|(k, _)| k == "status")
+                .map(|(_, v)| v.clone());
+            let range = match status.as_deref() {
+                None => 0..u16::MAX,
+                Some("success") => 200..400,
+                Some("failure") => 400..600,
+                Some(_) => {
+                    return reply(
+                        422,
+                        &[],
+                        json!({"message": "Validation Failed", "errors": ["status"]}),
+                    );
+                }
+            };
+            let mut sorted: Vec<Attempt> = state
+                .attempts
+                .iter()
+                .filter(|a| range.contains(&a.status_code))
+                .cloned()
+                .collect();
             sorted.sort_by_key(|a| std::cmp::Reverse((a.delivered_at, a.id)));
             let page: Vec<Value> = sorted
                 .iter()
@@ -265,9 +293,10 @@ impl GitHubApi {
                 headers.push((
                     "link",
                     format!(
-                        "<{}/app/hook/deliveries?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
+                        "<{}/app/hook/deliveries?per_page={per_page}&cursor=v1_{}{}>; rel=\"next\"",
                         self.url,
-                        offset + per_page
+                        offset + per_page,
+                        status.map_or_else(String::new, |s| format!("&status={s}"))
                     ),
                 ));
             }
@@ -605,4 +634,203 @@ pub async fn localstripe_events(url: &str, key: &str) -> Vec<Value> {
     assert!(answer.status.is_success(), "localstripe: {}", answer.status);
     let listed: Value = serde_json::from_slice(&answer.body).expect("a list");
     listed["data"].as_array().expect("data").clone()
+}
+
+/// One event of a Resend webhook as its API lists it, with the delivery (an API Gateway event
+/// of `events/resend/`) a replay sends again.
+#[derive(Debug, Clone)]
+pub struct ResendEvent {
+    /// The event id: the message id (`svix-id`) its deliveries carry.
+    pub id: String,
+    /// The event type.
+    pub kind: String,
+    /// When it was created (Unix seconds).
+    pub created_at: u64,
+    /// `success`, `pending`, `attempting` or `failed`.
+    pub status: String,
+    /// The delivery.
+    pub request: Value,
+}
+
+#[derive(Debug, Default)]
+struct ResendState {
+    key: String,
+    webhook_id: String,
+    page_size: usize,
+    events: Vec<ResendEvent>,
+    requests: usize,
+    replays: Vec<String>,
+    rate_limit_at: Option<usize>,
+}
+
+/// Resend's webhook events API.
+#[derive(Debug, Clone)]
+pub struct ResendApi {
+    /// `http://127.0.0.1:<port>`, `RESEND_API_BASE`.
+    pub url: String,
+    state: Arc<Mutex<ResendState>>,
+}
+
+impl ResendApi {
+    /// Starts the stand-in accepting `key` for the webhook `webhook_id`, serving at most
+    /// `page_size` events per page.
+    pub async fn start(key: &str, webhook_id: &str, page_size: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(ResendState {
+            key: key.to_owned(),
+            webhook_id: webhook_id.to_owned(),
+            page_size,
+            ..ResendState::default()
+        }));
+        let api = Self { url, state };
+        let served = api.clone();
+        tokio::spawn(claimonce_local::http::serve(listener, move |request| {
+            let api = served.clone();
+            async move { api.answer(&request) }
+        }));
+        api
+    }
+
+    /// Adds an event.
+    pub fn add(&self, event: ResendEvent) {
+        self.state.lock().expect("state").events.push(event);
+    }
+
+    /// The event `id`.
+    pub fn event(&self, id: &str) -> ResendEvent {
+        let state = self.state.lock().expect("state");
+        state
+            .events
+            .iter()
+            .find(|e| e.id == id)
+            .cloned()
+            .expect("a known event")
+    }
+
+    /// Sets the event's status, as a delivery's outcome does.
+    pub fn set_status(&self, id: &str, status: &str) {
+        let mut state = self.state.lock().expect("state");
+        if let Some(event) = state.events.iter_mut().find(|e| e.id == id) {
+            status.clone_into(&mut event.status);
+        }
+    }
+
+    /// The event ids a replay was asked for, in order.
+    pub fn replays(&self) -> Vec<String> {
+        self.state.lock().expect("state").replays.clone()
+    }
+
+    /// Requests so far.
+    pub fn requests(&self) -> usize {
+        self.state.lock().expect("state").requests
+    }
+
+    /// The `n`th request from now on (1-based) is answered 429.
+    pub fn rate_limit_request(&self, n: usize) {
+        let mut state = self.state.lock().expect("state");
+        state.rate_limit_at = Some(state.requests + n);
+    }
+
+    fn answer(&self, request: &hyper::Request<hyper::body::Incoming>) -> Reply {
+        let error = |status: u16, name: &str, message: &str| {
+            reply(
+                status,
+                &[],
+                json!({"statusCode": status, "name": name, "message": message}),
+            )
+        };
+        let mut state = self.state.lock().expect("state");
+        state.requests += 1;
+        if state.rate_limit_at == Some(state.requests) {
+            state.rate_limit_at = None;
+            return reply(
+                429,
+                &[("retry-after", "1".into())],
+                json!({"statusCode": 429, "name": "rate_limit_exceeded",
+                       "message": "Too many requests."}),
+            );
+        }
+        let bearer = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|a| a.strip_prefix("Bearer "));
+        if bearer != Some(state.key.as_str()) {
+            return error(401, "validation_error", "API key is invalid");
+        }
+        let path = request.uri().path().to_owned();
+        let Some(rest) = path
+            .strip_prefix("/webhooks/")
+            .and_then(|p| p.strip_prefix(state.webhook_id.as_str()))
+        else {
+            return error(404, "not_found", "Webhook not found");
+        };
+        let mut events = state.events.clone();
+        // Most recent first; creation order breaks a tie in the same second.
+        events.reverse();
+        events.sort_by_key(|e| std::cmp::Reverse(e.created_at));
+        if request.method() == hyper::Method::GET && rest == "/events" {
+            let q = query(request.uri());
+            let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            if param("before").is_some() {
+                return error(
+                    422,
+                    "validation_error",
+                    "The `before` parameter is not supported",
+                );
+            }
+            let limit = match param("limit").map(|l| l.parse::<usize>()) {
+                None => 20,
+                Some(Ok(n)) if (1..=100).contains(&n) => n,
+                Some(_) => {
+                    return error(422, "validation_error", "`limit` must be between 1 and 100");
+                }
+            };
+            let start = match param("after") {
+                None => 0,
+                Some(id) => match events.iter().position(|e| e.id == id) {
+                    Some(i) => i + 1,
+                    None => return error(404, "not_found", "Event not found"),
+                },
+            };
+            let take = limit.min(state.page_size);
+            let page: Vec<Value> = events
+                .iter()
+                .skip(start)
+                .take(take)
+                .map(|e| {
+                    let at = claimonce::timestamp::rfc3339_from_unix(
+                        i64::try_from(e.created_at).expect("a time"),
+                    )
+                    .expect("a time");
+                    // Resend's own spelling: `2026-12-01 10:00:00.000000+00`.
+                    let at = format!(
+                        "{} {}.000000+00",
+                        at.get(..10).unwrap_or_default(),
+                        at.get(11..19).unwrap_or_default()
+                    );
+                    json!({"id": e.id, "type": e.kind, "created_at": at, "status": e.status})
+                })
+                .collect();
+            let has_more = start + page.len() < events.len();
+            return reply(
+                200,
+                &[],
+                json!({"object": "list", "has_more": has_more, "data": page}),
+            );
+        }
+        if request.method() == hyper::Method::POST
+            && let Some(id) = rest
+                .strip_prefix("/events/")
+                .and_then(|r| r.strip_suffix("/replay"))
+        {
+            if !events.iter().any(|e| e.id == id) {
+                return error(404, "not_found", "Event not found");
+            }
+            state.replays.push(id.to_owned());
+            return reply(200, &[], json!({"object": "event", "id": id}));
+        }
+        error(404, "not_found", "Not found")
+    }
 }

@@ -9,28 +9,33 @@ use std::time::{Duration, Instant};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe};
 use claimonce_tests::lambda::{Deployed, Ran, Scheduled, function, sample_event};
-use claimonce_tests::senders::{Attempt, GitHubApi, StripeApi, test_app};
+use claimonce_tests::senders::{Attempt, GitHubApi, ResendApi, ResendEvent, StripeApi, test_app};
 use claimonce_tests::sign::{self, now};
 use claimonce_tests::until;
 use serde_json::{Value, json};
 
 const STRIPE_KEY: &str = "rk_test_claimonce_events_read";
+const RESEND_KEY: &str = "re_test_claimonce_full_access";
+const RESEND_WEBHOOK: &str = "4dd369bc-aa82-4ff3-97de-514ae3000ee0";
 
 fn ok(ran: Ran) -> Value {
     ran.unwrap_or_else(|e| panic!("the run failed: {e}"))
 }
 
 async fn github_recover(api: &GitHubApi) -> Scheduled {
+    github_recover_with(api, &[]).await
+}
+
+/// github-recover reading `api`, with `extra` variables.
+async fn github_recover_with(api: &GitHubApi, extra: &[(&str, &str)]) -> Scheduled {
     let (id, pem, _) = test_app();
-    Scheduled::start(
-        "github-recover",
-        &[
-            ("GITHUB_API_URL", &api.url),
-            ("GITHUB_APP_ID", id),
-            ("GITHUB_APP_PRIVATE_KEY", &pem),
-        ],
-    )
-    .await
+    let mut env = vec![
+        ("GITHUB_API_URL", api.url.as_str()),
+        ("GITHUB_APP_ID", id),
+        ("GITHUB_APP_PRIVATE_KEY", pem.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    Scheduled::start("github-recover", &env).await
 }
 
 /// GitHub's delivery of a sample (an API Gateway event of `events/github/`): its guid and
@@ -213,6 +218,58 @@ async fn github_recover_pages_stops_at_a_rate_limit_and_the_next_run_carries_on(
         "{fourth}"
     );
     assert_eq!(api.requests().len(), asked, "no request before the reset");
+}
+
+/// A busy App: the full listing's page cap ends before the window's start, with successes
+/// only. The failures' own listing (`status=failure`) reaches the two failed guids; the one
+/// with a 5xx is redelivered first although the one that only ever got a 413 is older, and
+/// the oldest failure reported is the 413's. When neither listing reaches the window's start,
+/// what was listed is still redelivered and the oldest failure reported is the window's age.
+#[tokio::test]
+async fn github_recover_reaches_failures_past_its_page_cap_and_puts_4xx_only_failures_last() {
+    let (app_id, _, public) = test_app();
+    let api = GitHubApi::start(app_id, public.clone(), 2).await;
+    let (_, request) = github_sample("ping.json");
+    api.add(attempt(1, "guid-server-error", 10 * 3600, 500, &request));
+    api.add(attempt(2, "guid-too-large", 20 * 3600, 413, &request));
+    for i in 3..=6 {
+        api.add(attempt(
+            i,
+            &format!("guid-ok-{i}"),
+            3600 * (i - 2),
+            200,
+            &request,
+        ));
+    }
+    let limits = [
+        ("RECOVER_MAX_PAGES", "1"),
+        ("RECOVER_MAX_REDELIVERIES", "1"),
+    ];
+    let recover = github_recover_with(&api, &limits).await;
+    let first = ok(recover.run().await);
+    assert_eq!(first["listed_failures"], true, "{first}");
+    assert_eq!(first["failed"], 2, "{first}");
+    assert_eq!(first["redelivered"], 1, "{first}");
+    assert_eq!(api.redeliveries(), [1], "the 5xx before the older 413");
+    let age = first["oldest_failure_age_seconds"]
+        .as_u64()
+        .expect("an age");
+    assert!((20 * 3600..20 * 3600 + 120).contains(&age), "{first}");
+
+    // One delivery a page and one page a listing: neither reaches the window's start.
+    let api = GitHubApi::start(app_id, public, 1).await;
+    api.add(attempt(1, "guid-a", 5 * 3600, 502, &request));
+    api.add(attempt(2, "guid-b", 6 * 3600, 502, &request));
+    let recover = github_recover_with(&api, &limits).await;
+    let second = ok(recover.run().await);
+    assert_eq!(second["redelivered"], 1, "what was listed: {second}");
+    assert_eq!(api.redeliveries(), [1]);
+    assert_eq!(second["finished"], false, "{second}");
+    let window = 72 * 3600 - 3600;
+    let age = second["oldest_failure_age_seconds"]
+        .as_u64()
+        .expect("an age");
+    assert!((window..window + 120).contains(&age), "{second}");
 }
 
 #[tokio::test]
@@ -421,6 +478,57 @@ async fn stripe_recover_pages_to_the_boundary_and_a_rate_limit_ends_the_run_clea
     assert_eq!(credit(&db, "cus_page").await, 600);
 }
 
+/// More undelivered events than a run's cap, most of them failed only at some other endpoint
+/// of the account: successive runs work through the window from its old end, each applying
+/// the oldest still to apply (what an earlier run applied is found in the ledger and not
+/// counted), and each reports the age of the oldest it has not applied, until none is left.
+#[tokio::test]
+async fn stripe_recover_reaches_every_event_in_its_window_whatever_its_cap() {
+    let db = TestDb::new().await;
+    let api = StripeApi::start(STRIPE_KEY, 100, None).await;
+    // 250 undelivered invoices, a minute apart, the oldest about 8 hours old.
+    for i in 0..250_u64 {
+        api.add(
+            &invoice(&format!("evt_cap_{i:03}"), "cus_cap", 1, 30_000 - i * 60),
+            false,
+        );
+    }
+    let recover = stripe_recover(db.function_url(), &api, &[("RECOVER_MAX_EVENTS", "100")]).await;
+    for (run, applied, credited) in [(1, 100, 100), (2, 100, 200), (3, 50, 250)] {
+        let report = ok(recover.run().await);
+        assert_eq!(report["listed"], 250, "run {run}: {report}");
+        assert_eq!(report["applied"], applied, "run {run}: {report}");
+        assert_eq!(
+            report["duplicates"],
+            credited - applied,
+            "run {run}: {report}"
+        );
+        assert_eq!(credit(&db, "cus_cap").await, credited, "run {run}");
+        // The oldest left: event 100 after the first run (30,000 - 100 * 60 seconds old).
+        let age = report["oldest_failure_age_seconds"]
+            .as_u64()
+            .expect("an age");
+        let left = 250 - credited;
+        if left > 0 {
+            let oldest_left = 30_000 - u64::try_from(credited).expect("n") * 60;
+            assert!(
+                (oldest_left..oldest_left + 120).contains(&age),
+                "run {run}: {report}"
+            );
+            assert_eq!(report["finished"], false, "run {run}: {report}");
+        } else {
+            assert_eq!(age, 0, "run {run}: {report}");
+            assert_eq!(report["finished"], true, "run {run}: {report}");
+        }
+    }
+    let fourth = ok(recover.run().await);
+    assert_eq!(
+        (&fourth["applied"], &fourth["duplicates"]),
+        (&json!(0), &json!(250))
+    );
+    assert_eq!(credit(&db, "cus_cap").await, 250);
+}
+
 /// A page that holds no event but says there are more (a listing Stripe should never send)
 /// ends the run with an error instead of asking for the same page until the budget ends; what
 /// was listed before it is applied.
@@ -579,4 +687,164 @@ async fn stripe_recover_stops_between_events_when_its_budget_ends() {
         "{next}"
     );
     assert_eq!(credit(&db, "cus_budget").await, 31);
+}
+
+/// resend-recover reading `api` for the suite's webhook, with `extra` variables.
+async fn resend_recover(api: &ResendApi, extra: &[(&str, &str)]) -> Scheduled {
+    let mut env = vec![
+        ("RESEND_API_BASE", api.url.as_str()),
+        ("RESEND_API_KEY", RESEND_KEY),
+        ("RESEND_WEBHOOK_ID", RESEND_WEBHOOK),
+    ];
+    env.extend_from_slice(extra);
+    Scheduled::start("resend-recover", &env).await
+}
+
+/// A Resend event `id` of sample `name` (`events/resend/`), created `age` seconds ago, its
+/// delivery signed with the local secret under that message id.
+fn resend_event(name: &str, id: &str, age: u64, status: &str) -> ResendEvent {
+    let mut request = sample_event(&format!("resend/{name}"));
+    request["headers"]["svix-id"] = json!(id);
+    claimonce_local::sign::resign(&mut request, now()).expect("sign");
+    let body: Value =
+        serde_json::from_str(request["body"].as_str().expect("a text body")).expect("JSON");
+    ResendEvent {
+        id: id.to_owned(),
+        kind: body["type"].as_str().expect("a type").to_owned(),
+        created_at: now() - age,
+        status: status.to_owned(),
+        request,
+    }
+}
+
+/// What Resend does with the replays it was asked for: delivers each event again, freshly
+/// signed under the same message id, and records the outcome as the event's status.
+async fn resend_replays(api: &ResendApi, receiver: &Deployed, asked: &[String]) {
+    for id in asked {
+        let mut request = api.event(id).request;
+        claimonce_local::sign::resign(&mut request, now()).expect("sign");
+        let (status, _) = payload_outcome(&receiver.invoke(&request).await);
+        api.set_status(id, if status == 200 { "success" } else { "failed" });
+    }
+}
+
+/// Only the events whose status is `failed` are replayed, oldest first, once: not one Resend
+/// is still attempting, not one delivered, not one older than the window. The replay comes
+/// back signed through the real Resend receiver and is applied once; the next run has nothing
+/// to do. Two events a page, so the listing pages with `after`.
+#[tokio::test]
+async fn resend_recover_replays_only_failed_events_oldest_first_and_the_replay_is_applied_once() {
+    let db = TestDb::new().await;
+    let receiver = Deployed::start(function("resend"), db.function_url(), 1).await;
+    let api = ResendApi::start(RESEND_KEY, RESEND_WEBHOOK, 2).await;
+    let delivered = resend_event("email.delivered.json", "msg_rec_delivered", 3600, "success");
+    assert_eq!(
+        payload_outcome(&receiver.invoke(&delivered.request).await),
+        (200, "processed".into())
+    );
+    api.add(delivered);
+    api.add(resend_event(
+        "email.bounced.json",
+        "msg_rec_failed_old",
+        5 * 3600,
+        "failed",
+    ));
+    api.add(resend_event(
+        "email.delivered.json",
+        "msg_rec_attempting",
+        1800,
+        "attempting",
+    ));
+    api.add(resend_event(
+        "email.delivered.json",
+        "msg_rec_failed_new",
+        3 * 3600,
+        "failed",
+    ));
+    // Outside the default 72 hours.
+    api.add(resend_event(
+        "email.delivered.json",
+        "msg_rec_gone",
+        80 * 3600,
+        "failed",
+    ));
+
+    let recover = resend_recover(&api, &[]).await;
+    let first = ok(recover.run().await);
+    assert_eq!(first["listed"], 4, "{first}");
+    assert_eq!(first["failed"], 2, "{first}");
+    assert_eq!(first["in_flight"], 1, "{first}");
+    assert_eq!(first["replayed"], 2, "{first}");
+    assert_eq!(first["finished"], true, "{first}");
+    assert!(first["pages"].as_u64().is_some_and(|p| p >= 3), "{first}");
+    let age = first["oldest_failure_age_seconds"]
+        .as_u64()
+        .expect("an age");
+    assert!((5 * 3600..5 * 3600 + 120).contains(&age), "{first}");
+    assert_eq!(
+        api.replays(),
+        ["msg_rec_failed_old", "msg_rec_failed_new"],
+        "oldest first"
+    );
+    let line = &recover.lines("resend recovery")[0];
+    assert_eq!(line["Recovered"], 2.0, "{line}");
+    assert_eq!(line["Provider"], "resend", "{line}");
+    assert!(!line.to_string().contains(RESEND_KEY), "{line}");
+
+    let resend_rows = "SELECT count(*) FROM processed_events WHERE provider = 'resend'";
+    assert_eq!(db.count(resend_rows).await, 1);
+    resend_replays(&api, &receiver, &api.replays()).await;
+    assert_eq!(
+        db.count(resend_rows).await,
+        3,
+        "both replays applied through the receiver"
+    );
+
+    let second = ok(recover.run().await);
+    assert_eq!(
+        (&second["failed"], &second["replayed"]),
+        (&json!(0), &json!(0)),
+        "{second}"
+    );
+    assert_eq!(api.replays().len(), 2, "each asked for once");
+    assert_eq!(second["oldest_failure_age_seconds"], 0, "{second}");
+}
+
+/// The per-run cap and a rate limit end a run cleanly (not an error); the next run carries
+/// on; a key Resend refuses fails the run without showing it.
+#[tokio::test]
+async fn resend_recover_keeps_to_its_cap_stops_at_a_rate_limit_and_fails_on_a_refused_key() {
+    let api = ResendApi::start(RESEND_KEY, RESEND_WEBHOOK, 100).await;
+    for i in 0..3_u64 {
+        api.add(resend_event(
+            "email.delivered.json",
+            &format!("msg_cap_{i}"),
+            3600 * (4 - i),
+            "failed",
+        ));
+    }
+    let recover = resend_recover(&api, &[("RECOVER_MAX_REPLAYS", "1")]).await;
+    let first = ok(recover.run().await);
+    assert_eq!(
+        (&first["replayed"], &first["not_replayed"]),
+        (&json!(1), &json!(2)),
+        "{first}"
+    );
+    assert_eq!(first["finished"], false, "{first}");
+    assert_eq!(api.replays(), ["msg_cap_0"]);
+    // The listing, then a 429 on the first replay.
+    api.rate_limit_request(2);
+    let limited = ok(recover.run().await);
+    assert_eq!(limited["rate_limited_seconds"], 1, "{limited}");
+    assert_eq!(limited["replayed"], 0, "{limited}");
+
+    let refused = ResendApi::start("re_another_key", RESEND_WEBHOOK, 100).await;
+    let recover = resend_recover(&refused, &[]).await;
+    let failed = recover
+        .run()
+        .await
+        .expect_err("a refused key fails the run");
+    assert!(failed.contains("HTTP 401"), "{failed}");
+    let line = &recover.lines("resend recovery")[0];
+    assert!(!line.to_string().contains(RESEND_KEY), "{line}");
 }

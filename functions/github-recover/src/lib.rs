@@ -8,14 +8,24 @@
 //! attempt with the same guid.
 //!
 //! Each run lists the deliveries back to the start of the window less a margin (an hour:
-//! one asked for just before the window closes might not be redelivered in time), groups them
-//! by guid, and asks for a redelivery of every guid none of whose attempts succeeded (a status
-//! of 200 to 399, what GitHub's `status=success` filter counts),
-//! oldest first, at most `RECOVER_MAX_REDELIVERIES` per run (default 50), and only when its
-//! latest attempt is older than `RECOVER_GRACE_SECONDS` (default 600): an attempt asked for by
-//! the last run, or a delivery still being answered, is left alone. The redelivery comes back
-//! through the receiver, signed as always; the ledger makes it a duplicate if the first attempt
-//! did commit after all.
+//! one asked for just before the window closes might not be redelivered in time), at most
+//! `RECOVER_MAX_PAGES` pages. When that listing stops short of the window's start (a busy App),
+//! the failed attempts alone are listed too (`status=failure`: a status of 400 to 599), as far
+//! back as the window, so a failure older than the full listing reaches is still seen. The
+//! attempts are grouped by guid, and a redelivery is asked for of every guid none of whose seen
+//! attempts succeeded (a status of 200 to 399, what GitHub's `status=success` filter counts):
+//! those with a 5xx, a timeout or no answer first, then those whose every attempt was a 4xx
+//! (a 413 for a body over the limit, a 400: likely to fail again), each group oldest first,
+//! at most `RECOVER_MAX_REDELIVERIES` per run (default 50), and only when its latest attempt is
+//! older than `RECOVER_GRACE_SECONDS` (default 600): an attempt asked for by the last run, or a
+//! delivery still being answered, is left alone. A guid whose success is older than the full
+//! listing reached is redelivered once more; the ledger makes that a duplicate. The redelivery
+//! comes back through the receiver, signed as always; the ledger makes it a duplicate if the
+//! first attempt did commit after all.
+//!
+//! The oldest failure it reports is the oldest failed guid it saw, or, when neither listing
+//! reached the window's start, the window's own age: a failure it could not see may be that
+//! old, and the window alarm must not stay quiet about it.
 //!
 //! It authenticates as the App: a JWT signed RS256 with the App's private key (`iss` the App
 //! id `GITHUB_APP_ID`, `iat` a minute in the past for clock drift, `exp` nine minutes ahead,
@@ -26,7 +36,6 @@
 //! environment then makes no request until the limit resets, and the next run carries on. It
 //! needs no database and no VPC. One line per run, with the recovery metrics by `Provider`.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -34,7 +43,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use claimonce::config::{self, ConfigError};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
-use claimonce::sender_api::{Api, ApiError, secret_header};
+use claimonce::sender_api::{Api, ApiError, Quiet, secret_header};
 use http::{HeaderName, HeaderValue, Method};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -206,17 +215,24 @@ pub struct Failed {
     pub first_at: i64,
     /// The latest attempt (Unix seconds).
     pub latest_at: i64,
+    /// Every attempt was answered with a 4xx: a redelivery is likely to be refused again.
+    pub client_errors_only: bool,
 }
 
-/// The failed guids among `deliveries`, oldest first: none of their attempts has a status of
-/// 200 to 399. An
-/// item whose `delivered_at` cannot be read is left out.
+/// The failed guids among `deliveries`: none of their attempts has a status of 200 to 399.
+/// Those with an attempt that was not a 4xx (a 5xx, a timeout, no answer) come first, then
+/// those whose every attempt was a 4xx; each group oldest first. An attempt listed twice (by
+/// both listings) counts once; an item whose `delivered_at` cannot be read is left out.
 pub fn failed(deliveries: &[Delivery]) -> Vec<Failed> {
     let mut by_guid: std::collections::BTreeMap<&str, (bool, Failed)> = Default::default();
+    let mut seen = std::collections::HashSet::new();
     for d in deliveries {
         let Some(at) = claimonce::timestamp::unix_from_rfc3339(&d.delivered_at) else {
             continue;
         };
+        if !seen.insert(d.id) {
+            continue;
+        }
         // GitHub's own `status=success` filter: 200 to 399.
         let ok = (200..400).contains(&d.status_code);
         let entry = by_guid.entry(d.guid.as_str()).or_insert_with(|| {
@@ -227,10 +243,12 @@ pub fn failed(deliveries: &[Delivery]) -> Vec<Failed> {
                     latest_id: d.id,
                     first_at: at,
                     latest_at: at,
+                    client_errors_only: true,
                 },
             )
         });
         entry.0 |= ok;
+        entry.1.client_errors_only &= (400..500).contains(&d.status_code);
         let f = &mut entry.1;
         if at < f.first_at {
             f.first_at = at;
@@ -245,15 +263,24 @@ pub fn failed(deliveries: &[Delivery]) -> Vec<Failed> {
         .filter(|(ok, _)| !ok)
         .map(|(_, f)| f)
         .collect();
-    failed.sort_by(|a, b| (a.first_at, &a.guid).cmp(&(b.first_at, &b.guid)));
+    failed.sort_by(|a, b| {
+        (a.client_errors_only, a.first_at, &a.guid).cmp(&(
+            b.client_errors_only,
+            b.first_at,
+            &b.guid,
+        ))
+    });
     failed
 }
 
 /// What one run saw and did: the invocation's answer and its line, but for the error.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
-    /// Pages read.
+    /// Pages read, both listings.
     pub pages: u64,
+    /// The full listing stopped short of the window's start, so the failed attempts were
+    /// listed too (`status=failure`).
+    pub listed_failures: bool,
     /// Attempts listed in the window.
     pub deliveries: u64,
     /// Guids none of whose attempts succeeded.
@@ -271,7 +298,8 @@ pub struct Report {
     pub rate_limited_seconds: Option<u64>,
     /// The whole window was listed and every failed guid past its grace asked for.
     pub finished: bool,
-    /// Age of the oldest failed guid's first attempt (seconds), 0 when none.
+    /// Age of the oldest failed guid's first attempt (seconds), 0 when none; the window's age
+    /// when no listing reached the window's start.
     pub oldest_failure_age_seconds: u64,
     /// Why the run failed (authentication refused, GitHub unreachable), data-free: in the
     /// line, and the invocation's error.
@@ -293,8 +321,8 @@ pub struct Recoverer {
     app: App,
     policy: Policy,
     log: Log,
-    /// No request before this instant: the last rate limit's reset.
-    quiet_until: Mutex<Option<Instant>>,
+    /// No request before the last rate limit resets.
+    quiet: Quiet,
 }
 
 impl Recoverer {
@@ -305,7 +333,7 @@ impl Recoverer {
             app,
             policy,
             log,
-            quiet_until: Mutex::new(None),
+            quiet: Quiet::default(),
         }
     }
 
@@ -320,15 +348,8 @@ impl Recoverer {
     pub async fn run(&self, budget: &Budget) -> Result<Report, JobFailed> {
         let started = Instant::now();
         let mut report = Report::default();
-        let quiet = self
-            .quiet_until
-            .lock()
-            .ok()
-            .and_then(|q| *q)
-            .and_then(|until| until.checked_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
-        match quiet {
-            Some(left) => report.rate_limited_seconds = Some(left.as_secs().max(1)),
+        match self.quiet.seconds_left() {
+            Some(left) => report.rate_limited_seconds = Some(left),
             None => self.recover(budget, &mut report).await,
         }
         self.write(&report, started);
@@ -355,19 +376,38 @@ impl Recoverer {
                 .saturating_add(WINDOW_MARGIN.as_secs()),
         )
         .unwrap_or(i64::MAX);
-        let Some((deliveries, listed_all)) = self.list(budget, &headers, since, report).await
+        let all = "";
+        let Some((mut deliveries, mut reached)) =
+            self.list(budget, &headers, since, all, report).await
         else {
             return;
         };
-        report.deliveries = deliveries.len() as u64;
+        if !reached && report.rate_limited_seconds.is_none() {
+            // A busy App: the failures alone reach further back.
+            report.listed_failures = true;
+            let Some((failures, failures_reached)) = self
+                .list(budget, &headers, since, "&status=failure", report)
+                .await
+            else {
+                return;
+            };
+            deliveries.extend(failures);
+            reached = failures_reached;
+        }
         let failed = failed(&deliveries);
+        report.deliveries = deliveries.len() as u64;
         report.failed = failed.len() as u64;
         let now = i64::try_from(now).unwrap_or(i64::MAX);
-        report.oldest_failure_age_seconds = failed
-            .first()
-            .map_or(0, |f| u64::try_from(now - f.first_at).unwrap_or(0));
+        let oldest_seen = failed.iter().map(|f| f.first_at).min();
+        report.oldest_failure_age_seconds = if reached {
+            oldest_seen.map_or(0, |at| u64::try_from(now - at).unwrap_or(0))
+        } else {
+            // A failure the listings did not reach may be as old as the window.
+            u64::try_from(now - since).unwrap_or(0)
+        };
         let grace = i64::try_from(self.policy.grace_seconds).unwrap_or(i64::MAX);
-        let mut stopped = !listed_all;
+        // What was listed is redelivered even when the listing stopped short.
+        let mut stopped = report.rate_limited_seconds.is_some();
         for f in &failed {
             if now - f.latest_at < grace {
                 report.in_grace += 1;
@@ -400,22 +440,25 @@ impl Recoverer {
                 }
             }
         }
-        report.finished = !stopped;
+        report.finished = reached && !stopped;
     }
 
-    /// The deliveries back to `since`, newest first; `true` with them when the listing reached
-    /// `since` or the end. `None` when the run failed before any.
+    /// The deliveries back to `since`, newest first, `filter` added to the first page's query
+    /// (the next pages' links carry it); `true` with them when the listing reached `since` or
+    /// the end, within `RECOVER_MAX_PAGES` pages. `None` when the run failed before any.
     async fn list(
         &self,
         budget: &Budget,
         headers: &[(HeaderName, HeaderValue)],
         since: i64,
+        filter: &str,
         report: &mut Report,
     ) -> Option<(Vec<Delivery>, bool)> {
         let mut deliveries = Vec::new();
-        let mut path = format!("/app/hook/deliveries?per_page={PAGE_SIZE}");
+        let mut path = format!("/app/hook/deliveries?per_page={PAGE_SIZE}{filter}");
+        let mut pages = 0;
         loop {
-            if !budget.allows_more() || report.pages >= self.policy.max_pages {
+            if !budget.allows_more() || pages >= self.policy.max_pages {
                 return Some((deliveries, false));
             }
             let answer = match self.api.send(Method::GET, &path, headers, None).await {
@@ -443,6 +486,7 @@ impl Recoverer {
                 return None;
             };
             report.pages += 1;
+            pages += 1;
             let mut reached = false;
             for d in page {
                 match claimonce::timestamp::unix_from_rfc3339(&d.delivered_at) {
@@ -464,13 +508,7 @@ impl Recoverer {
         match e {
             ApiError::RateLimited { retry_after } => {
                 report.rate_limited_seconds = Some(retry_after.as_secs());
-                if let Ok(mut quiet) = self.quiet_until.lock() {
-                    // rate_limit bounds the wait; a clock that cannot add it stays quiet as long
-                    // as the bound.
-                    *quiet = Instant::now().checked_add(retry_after).or_else(|| {
-                        Instant::now().checked_add(claimonce::sender_api::MAX_RATE_LIMIT_WAIT)
-                    });
-                }
+                self.quiet.until(retry_after);
             }
             e => report.error = Some(format!("GitHub: {e}")),
         }
@@ -596,6 +634,35 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("a", 2), ("c", 5)],
             "b was redelivered successfully; a is older than c"
+        );
+    }
+
+    #[test]
+    fn guids_that_only_ever_got_a_4xx_come_after_the_others_and_an_attempt_counts_once() {
+        let deliveries = [
+            delivery(9, "timeout", "2026-12-01T10:09:00Z", 0),
+            delivery(8, "server", "2026-12-01T10:08:00Z", 503),
+            delivery(3, "too-large", "2026-12-01T10:03:00Z", 413),
+            delivery(2, "refused", "2026-12-01T10:02:00Z", 400),
+            delivery(1, "mixed", "2026-12-01T10:01:00Z", 400),
+            delivery(7, "mixed", "2026-12-01T10:07:00Z", 500),
+            // Listed twice: by the full listing and by the failures' listing.
+            delivery(2, "refused", "2026-12-01T10:02:00Z", 400),
+        ];
+        let failed = failed(&deliveries);
+        assert_eq!(
+            failed
+                .iter()
+                .map(|f| (f.guid.as_str(), f.client_errors_only))
+                .collect::<Vec<_>>(),
+            [
+                ("mixed", false),
+                ("server", false),
+                ("timeout", false),
+                ("refused", true),
+                ("too-large", true),
+            ],
+            "5xx, timeouts and no answer first, oldest first; then the 4xx-only guids"
         );
     }
 

@@ -3,18 +3,23 @@
 //!
 //! Stripe retries a failed delivery for 3 days (live mode) and keeps every event listable for
 //! 30. `GET /v1/events?delivery_success=false` lists the events whose delivery to some endpoint
-//! has not succeeded (failed, or still being retried). Each run lists those created in its
-//! window (from `RECOVER_LOOKBACK_HOURS` ago, default 96: the 3 days of retries and a day's
-//! margin, at most 720, to `RECOVER_GRACE_SECONDS` ago, default 600, so a first delivery still
-//! in flight is left to its webhook), oldest first, and hands each to
-//! [`claimonce::Receiver::recover`]: an event that did arrive is a duplicate, one that did
-//! not is applied once. Stripe never learns of it, so an event stays in the list (a duplicate at
-//! every run) until it leaves the window.
+//! has not succeeded (failed, or still being retried) at any of the account's endpoints. Each
+//! run lists those created in its window (from `RECOVER_LOOKBACK_HOURS` ago, default 96: the
+//! 3 days of retries and a day's margin, at most 720, to `RECOVER_GRACE_SECONDS` ago, default
+//! 600, so a first delivery still in flight is left to its webhook), newest first as Stripe
+//! pages them, all the way to the window's start, within half its budget. Each page's ids are
+//! checked against the ledger ([`claimonce::Receiver::claimed`]): what a webhook or an earlier
+//! run applied is counted as a duplicate and dropped, so Stripe's list, which never learns
+//! of a recovery, does not fill the run. Of the rest, the oldest `RECOVER_MAX_EVENTS` are
+//! handed to [`claimonce::Receiver::recover`] oldest first: successive runs work through the
+//! whole window from its old end, whatever the cap.
 //!
 //! A run stops between events when its budget ends, at a rate limit (429), or when the
-//! database is unavailable; the next run lists again and carries on, the events already applied
-//! now duplicates. It writes one line with what it saw and did, and the recovery metrics by
-//! `Provider` ([`claimonce::scheduled::Recovery`]).
+//! database is unavailable; the next run lists again and carries on. The oldest failure it
+//! reports is the oldest event it listed and did not apply, or, when the listing did not reach
+//! the window's start, the window's own age: an event it could not see may be that old. It
+//! writes one line with what it saw and did, and the recovery metrics by `Provider`
+//! ([`claimonce::scheduled::Recovery`]).
 //!
 //! The key is a restricted key with read access to events only (`rk_...`), from
 //! `STRIPE_API_KEY` or the Secrets Manager secret `STRIPE_API_KEY_ARN` names; the API is
@@ -26,7 +31,7 @@ use claimonce::config::{self, ConfigError};
 use claimonce::db::{Database, Settings};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
-use claimonce::sender_api::{Api, ApiError, secret_header};
+use claimonce::sender_api::{Api, ApiError, ApiKey};
 use claimonce::{Disposition, Limits, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -51,7 +56,8 @@ pub struct Window {
     pub lookback_hours: u64,
     /// Events younger than this (seconds) are left to their webhook.
     pub grace_seconds: u64,
-    /// At most this many events are listed per run.
+    /// At most this many events still to apply are tried per run (those already in the ledger
+    /// are not counted).
     pub max_events: u64,
 }
 
@@ -110,9 +116,12 @@ pub struct Report {
     pub pages: u64,
     /// Events listed (`delivery_success=false`, in the window).
     pub listed: u64,
+    /// Listed and still to apply, but newer than the run's cap reached: the next run's.
+    pub left_for_next_run: u64,
     /// Applied: processed, or claimed with no effect (ignored).
     pub applied: u64,
-    /// Already applied: the webhook did arrive, or an earlier run applied it.
+    /// Already applied: the webhook did arrive, or an earlier run applied it (found in the
+    /// ledger when listed, or by the claim).
     pub duplicates: u64,
     /// Could not be applied: the effect failed, or the event does not parse.
     pub failed: u64,
@@ -122,7 +131,9 @@ pub struct Report {
     pub rate_limited_seconds: Option<u64>,
     /// Everything in the window was listed and tried.
     pub finished: bool,
-    /// Age of the oldest event failed or not tried (seconds), 0 when none.
+    /// Age of the oldest event listed and not applied (failed, not tried, left for the next
+    /// run), or the window's age when the listing did not reach its start (seconds); 0 when
+    /// none.
     pub oldest_failure_age_seconds: u64,
     /// Why the run failed (listing refused, the database unavailable), data-free: in the
     /// line, and the invocation's error.
@@ -134,15 +145,6 @@ impl Report {
     /// The invocation's answer.
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// The restricted key; never shown.
-struct ApiKey(String);
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey([redacted])")
     }
 }
 
@@ -158,6 +160,18 @@ struct Page {
 struct Head {
     id: String,
     created: u64,
+}
+
+/// What a listing keeps for the run to apply.
+struct ToApply {
+    /// Events not in the ledger, newest first, at most the cap.
+    events: std::collections::VecDeque<Listed>,
+    /// The oldest of those over the cap (left for the next run), when any.
+    oldest_left: Option<u64>,
+    /// The listing reached the window's start.
+    reached: bool,
+    /// The window's start (Unix seconds).
+    from: u64,
 }
 
 /// One listed event.
@@ -196,7 +210,7 @@ impl Recoverer {
         );
         Self {
             api,
-            key: ApiKey(key),
+            key: ApiKey::new(&key),
             receiver,
             window,
             log,
@@ -216,8 +230,8 @@ impl Recoverer {
         let started = Instant::now();
         let now = unix_now();
         let mut report = Report::default();
-        let events = self.list(budget, window, now, &mut report).await;
-        self.apply(budget, events, now, &mut report).await;
+        let listed = self.list(budget, window, now, &mut report).await;
+        self.apply(budget, listed, now, &mut report).await;
         self.write(&report, window, started);
         match &report.error {
             Some(e) => Err(JobFailed {
@@ -228,32 +242,39 @@ impl Recoverer {
         }
     }
 
-    /// Every page of the window, newest first as Stripe pages them, until the last page, the
-    /// cap, the budget, a rate limit or an error.
+    /// Every page of the window, newest first as Stripe pages them, until the last page, half
+    /// the budget, a rate limit or an error; each page's events already in the ledger counted
+    /// and dropped, and of the others only the oldest `max_events` kept.
     async fn list(
         &self,
         budget: &Budget,
         window: Window,
         now: u64,
         report: &mut Report,
-    ) -> Vec<Listed> {
+    ) -> ToApply {
+        let mut kept = ToApply {
+            events: std::collections::VecDeque::new(),
+            oldest_left: None,
+            reached: false,
+            from: now.saturating_sub(window.lookback_hours * 3600),
+        };
+        let events = &mut kept.events;
+        let cap = usize::try_from(window.max_events).unwrap_or(usize::MAX);
+        // The other half is for applying what was listed.
+        let listing = Budget::until(std::time::Instant::now() + budget.remaining() / 2);
         let from = now.saturating_sub(window.lookback_hours * 3600);
         let to = now.saturating_sub(window.grace_seconds);
-        let auth = match secret_header(
-            http::header::AUTHORIZATION,
-            &format!("Bearer {}", self.key.0),
-        ) {
+        let auth = match self.key.bearer() {
             Ok(header) => header,
             Err(why) => {
                 report.error = Some(why);
-                return Vec::new();
+                return kept;
             }
         };
-        let mut events: Vec<Listed> = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            if !budget.allows_more() {
-                return events;
+            if !listing.allows_more() {
+                return kept;
             }
             let mut path = format!(
                 "/v1/events?delivery_success=false&limit={PAGE_SIZE}&created%5Bgte%5D={from}\
@@ -271,11 +292,11 @@ impl Recoverer {
                 Ok(answer) => answer,
                 Err(ApiError::RateLimited { retry_after }) => {
                     report.rate_limited_seconds = Some(retry_after.as_secs());
-                    return events;
+                    return kept;
                 }
                 Err(e) => {
                     report.error = Some(format!("listing events: {e}"));
-                    return events;
+                    return kept;
                 }
             };
             if !answer.status.is_success() {
@@ -284,58 +305,89 @@ impl Recoverer {
                     answer.status.as_u16(),
                     stripe_error(&answer.body)
                 ));
-                return events;
+                return kept;
             }
             let Ok(page) = serde_json::from_slice::<Page>(&answer.body) else {
                 report.error = Some("listing events: the answer is not a list of events".into());
-                return events;
+                return kept;
             };
             report.pages += 1;
             if page.data.is_empty() && page.has_more {
                 // Paging on would ask for the same page again, until the budget ends.
                 report.error =
                     Some("listing events: a page with no events says there are more".into());
-                return events;
+                return kept;
             }
+            let mut listed = Vec::with_capacity(page.data.len());
             for raw in page.data {
                 let Ok(head) = serde_json::from_str::<Head>(raw.get()) else {
                     report.error = Some("listing events: an event without id or created".into());
-                    return events;
+                    return kept;
                 };
-                events.push(Listed {
+                listed.push(Listed {
                     id: head.id,
                     created: head.created,
                     raw,
                 });
             }
-            report.listed = events.len() as u64;
-            if !page.has_more || events.len() as u64 >= window.max_events {
-                report.finished = !page.has_more;
-                return events;
-            }
+            report.listed += listed.len() as u64;
+            let ids: Vec<&str> = listed.iter().map(|e| e.id.as_str()).collect();
+            let claimed = match self.receiver.claimed(&ids).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    report.error = Some(format!(
+                        "the database is unavailable ({})",
+                        e.unavailable().unwrap_or("error")
+                    ));
+                    return kept;
+                }
+            };
             // Stripe's ids are letters, digits and `_`: nothing to escape, and anything else
             // is not an id to page from.
-            let Some(last) = events.last().map(|e| e.id.clone()) else {
-                return events;
+            let last = listed.last().map(|e| e.id.clone());
+            for event in listed {
+                if claimed.contains(&event.id) {
+                    report.duplicates += 1;
+                } else {
+                    events.push_back(event);
+                }
+            }
+            // Newest first: what is over the cap is the newest, left for the next run.
+            while events.len() > cap {
+                if let Some(newest) = events.pop_front() {
+                    report.left_for_next_run += 1;
+                    kept.oldest_left = Some(
+                        kept.oldest_left
+                            .map_or(newest.created, |t: u64| t.min(newest.created)),
+                    );
+                }
+            }
+            if !page.has_more {
+                kept.reached = true;
+                return kept;
+            }
+            let Some(last) = last else {
+                return kept;
             };
             if !last.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
                 report.error = Some("listing events: an event id that is not Stripe's".into());
-                return events;
+                return kept;
             }
             after = Some(last);
         }
     }
 
-    /// Applies the listed events, oldest first, while the budget lasts.
-    async fn apply(&self, budget: &Budget, mut events: Vec<Listed>, now: u64, report: &mut Report) {
+    /// Applies the events kept, oldest first, while the budget lasts.
+    async fn apply(&self, budget: &Budget, listed: ToApply, now: u64, report: &mut Report) {
+        let mut events: Vec<Listed> = listed.events.into();
         events.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
-        let mut oldest_failure: Option<u64> = None;
+        let mut oldest_failure: Option<u64> = listed.oldest_left;
         let mut unavailable = None;
         for event in &events {
             if unavailable.is_some() || !budget.allows_more() {
                 report.not_tried += 1;
-                report.finished = false;
-                oldest_failure.get_or_insert(event.created);
+                oldest_failure =
+                    Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
                 continue;
             }
             let recovered = self.receiver.recover(event.raw.get().as_bytes()).await;
@@ -344,7 +396,8 @@ impl Recoverer {
                 Disposition::Duplicate => report.duplicates += 1,
                 _ => {
                     report.failed += 1;
-                    oldest_failure.get_or_insert(event.created);
+                    oldest_failure =
+                        Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
                     if let Some(reason) = recovered.unavailable {
                         unavailable = Some(reason);
                     }
@@ -356,7 +409,16 @@ impl Recoverer {
                 .error
                 .get_or_insert(format!("the database is unavailable ({reason})"));
         }
+        if !listed.reached {
+            // An event the listing did not reach may be as old as the window.
+            oldest_failure = Some(listed.from);
+        }
         report.oldest_failure_age_seconds = oldest_failure.map_or(0, |t| now.saturating_sub(t));
+        report.finished = listed.reached
+            && report.not_tried == 0
+            && report.left_for_next_run == 0
+            && report.rate_limited_seconds.is_none()
+            && report.error.is_none();
     }
 
     fn write(&self, report: &Report, window: Window, started: Instant) {
@@ -368,7 +430,7 @@ impl Recoverer {
         let counts = Recovery {
             recovered: report.applied,
             duplicates: Some(report.duplicates),
-            still_failing: report.failed + report.not_tried,
+            still_failing: report.failed + report.not_tried + report.left_for_next_run,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
         scheduled::write_recovery_report(

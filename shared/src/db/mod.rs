@@ -335,6 +335,57 @@ impl Database {
         }
     }
 
+    /// The ids among `event_ids` the ledger holds for `provider` (one statement, within the
+    /// delivery's deadline, on this environment's connection): what a recover function asks
+    /// before it applies what it listed. A failure, or the deadline, discards the connection.
+    pub(crate) async fn claimed(
+        &self,
+        provider: &str,
+        event_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, DeliveryError> {
+        const CLAIMED: &str = "SELECT claimonce_claimed_v1($1, $2)";
+        let mut slot = self.connection.lock().await;
+        let asked = async {
+            let connection = match slot.take().filter(|c| !c.is_closed()) {
+                Some(connection) => connection,
+                None => {
+                    self.reconnects
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.settings
+                        .connect()
+                        .await
+                        .map_err(DeliveryError::Connect)?
+                }
+            };
+            let connection = slot.insert(connection);
+            connection
+                .query_typed(
+                    CLAIMED,
+                    &[
+                        (&provider, tokio_postgres::types::Type::TEXT),
+                        (&event_ids, tokio_postgres::types::Type::TEXT_ARRAY),
+                    ],
+                )
+                .await
+                .map_err(DeliveryError::Failed)
+        };
+        let answered = tokio::time::timeout(self.settings.timeouts().delivery, asked).await;
+        match answered {
+            Ok(Ok(rows)) => Ok(rows
+                .iter()
+                .filter_map(|row| row.try_get::<_, String>(0).ok())
+                .collect()),
+            Ok(Err(e)) => {
+                slot.take();
+                Err(e)
+            }
+            Err(_) => {
+                slot.take();
+                Err(DeliveryError::TimedOut)
+            }
+        }
+    }
+
     async fn attempts(
         &self,
         slot: &mut Option<Connection>,
