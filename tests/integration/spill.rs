@@ -99,30 +99,59 @@ async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
         .expect("a count")
 }
 
-/// A provider's function, its database behind `outage`, its spill queue `queue`.
+/// A provider's function, its database behind `outage`, its spill queue `queue`; its log
+/// lines kept in a file.
 struct Spilling {
     api: std::sync::Arc<RuntimeApi>,
     instance: Child,
+    log: std::path::PathBuf,
 }
 
 async fn start(f: &Function, database_url: &str, queue: &str, sqs_endpoint: &str) -> Spilling {
+    start_with(f, database_url, queue, sqs_endpoint, &[]).await
+}
+
+/// [`start`] with `extra` variables over the suite's.
+async fn start_with(
+    f: &Function,
+    database_url: &str,
+    queue: &str,
+    sqs_endpoint: &str,
+    extra: &[(&str, &str)],
+) -> Spilling {
     let api = std::sync::Arc::new(RuntimeApi::start(f.binary).await.expect("api"));
-    let env = [
+    let mut env = vec![
         ("DATABASE_URL", database_url),
         (f.secret_var, f.dev_secret),
         ("DB_CONNECT_TIMEOUT_MS", "1000"),
         ("SPILL_TIMEOUT_MS", "5000"),
     ];
+    env.extend_from_slice(extra);
+    let log = std::env::temp_dir().join(format!(
+        "claimonce-spill-{}-{}.log",
+        std::process::id(),
+        api.address().rsplit(':').next().unwrap_or("0")
+    ));
     let instance = api
         .command(&binaries().await.join(f.binary), &env)
         .envs(claimonce_local::spill::function_env(queue, sqs_endpoint))
-        .stdout(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&log).expect("a log file"))
         .spawn()
         .expect("spawn");
-    Spilling { api, instance }
+    Spilling { api, instance, log }
 }
 
 impl Spilling {
+    /// The function's `delivery` lines so far.
+    fn deliveries(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["message"] == "delivery")
+            .collect()
+    }
+
     async fn invoke(&self, event: &Value) -> Value {
         claimonce_tests::lambda::invoke(&self.api, event, Duration::from_secs(30)).await
     }
@@ -420,8 +449,10 @@ async fn a_slow_database_within_the_deadline_is_not_spilled() {
 }
 
 /// The drain killed in the middle of a batch, after its statement reached the database and
-/// before it answered: the message, never deleted, comes back after its visibility timeout,
-/// and the next drain finds the claim taken (a duplicate) and deletes it. Applied once.
+/// before it answered: the statement commits without its client (the ledger holds the claim
+/// before anything else runs), the message, never deleted, comes back after its visibility
+/// timeout, and the next drain finds the claim taken (a duplicate) and deletes it. Applied
+/// once.
 #[tokio::test]
 async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     let StripeSpilling {
@@ -467,6 +498,14 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
     batch.abort();
     // The statement, already sent, goes on to the server and commits; nobody answers SQS.
     outage.release();
+    let ledger = "SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'";
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while db.count(ledger).await == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the killed drain's statement committed without its client");
 
     // Back after the visibility timeout, and drained by a new environment: a duplicate now.
     let again = start(f, &through, &queue, &moto.url).await;
@@ -486,11 +525,7 @@ async fn a_drain_killed_mid_batch_returns_its_message_which_is_applied_once() {
         .invoke(&claimonce_local::spill::sqs_event(&queue, &returned))
         .await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
-    assert_eq!(
-        db.count("SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'")
-            .await,
-        1
-    );
+    assert_eq!(db.count(ledger).await, 1, "the redrive was a duplicate");
     // Credited once: the invoice's amount, not twice that.
     let body: Value =
         serde_json::from_str(event["body"].as_str().expect("a text body")).expect("JSON");
@@ -811,4 +846,180 @@ async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     let drained = serde_json::to_value(receiver.handle_invocation(&event).await).expect("JSON");
     assert_eq!(drained, json!({"batchItemFailures": []}));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+}
+
+/// A delivery's own failure is not an outage: an effect that raises (a trigger on the
+/// customers table, SQLSTATE P0001) and a login refused its effect function (42501) are each
+/// answered 500 with the error in the delivery line, nothing written and nothing queued.
+#[tokio::test]
+async fn a_delivery_s_own_failure_is_answered_500_and_never_spilled() {
+    let StripeSpilling {
+        moto,
+        sqs,
+        db,
+        queue,
+        outage: _up,
+        through,
+        ..
+    } = StripeSpilling::new("own-failure", "5").await;
+    let f = function("stripe");
+    let function = start(f, &through, &queue, &moto.url).await;
+    let admin = db.client().await;
+    for (fault, sqlstate, undo) in [
+        (
+            "CREATE FUNCTION refuse_credit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+             CREATE TRIGGER refuse_credit BEFORE INSERT OR UPDATE ON customers \
+             FOR EACH ROW EXECUTE FUNCTION refuse_credit();",
+            "P0001",
+            "DROP TRIGGER refuse_credit ON customers; DROP FUNCTION refuse_credit();",
+        ),
+        (
+            "REVOKE EXECUTE ON FUNCTION stripe_credit_v1(text, text, bigint) FROM claimonce_stripe",
+            "42501",
+            "GRANT EXECUTE ON FUNCTION stripe_credit_v1(text, text, bigint) TO claimonce_stripe",
+        ),
+    ] {
+        admin.batch_execute(fault).await.expect("the fault");
+        let answer = function
+            .invoke(&signed(&sample("stripe/invoice.paid.json")))
+            .await;
+        let line = function.deliveries().pop().expect("a delivery line");
+        assert_eq!(answer["statusCode"], 500, "{sqlstate}: {answer} {line}");
+        assert!(
+            line["error"].as_str().is_some_and(|e| e.contains(sqlstate)),
+            "the statement ran and failed with {sqlstate}: {line}"
+        );
+        assert_eq!(line["disposition"], "error", "{line}");
+        assert_eq!(depth(&sqs, &queue).await, 0, "{sqlstate}: nothing queued");
+        assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+        admin.batch_execute(undo).await.expect("undo the fault");
+    }
+    // The sender's retry, with the cause fixed, is applied.
+    let answer = function
+        .invoke(&signed(&sample("stripe/invoice.paid.json")))
+        .await;
+    assert_eq!(payload_outcome(&answer), (200, "processed".into()));
+}
+
+/// A database slow for most of the delivery's deadline is not spilled: the statement held
+/// at the database for two thirds of a 1.5 s deadline, then let through, is processed and
+/// nothing is queued. One held past the deadline is spilled (200 `queued`); the held statement
+/// may still commit once let through, and the drain then finds it a duplicate: applied once.
+#[tokio::test]
+async fn a_database_slow_for_most_of_the_deadline_is_not_spilled_and_one_slow_past_it_is() {
+    let StripeSpilling {
+        moto,
+        sqs,
+        db,
+        queue,
+        outage,
+        through,
+        ..
+    } = StripeSpilling::new("slower", "5").await;
+    let f = function("stripe");
+    let deadline = Duration::from_millis(1500);
+    let function = std::sync::Arc::new(
+        start_with(
+            f,
+            &through,
+            &queue,
+            &moto.url,
+            &[("DB_DELIVERY_TIMEOUT_MS", "1500")],
+        )
+        .await,
+    );
+    let mut warm = sample_event("stripe/checkout.session.completed.json");
+    resign(&mut warm, now()).expect("sign");
+    assert_eq!(
+        payload_outcome(&function.invoke(&warm).await),
+        (200, "processed".into())
+    );
+    let invoice = signed(&sample("stripe/invoice.paid.json"));
+    for (held_for, expected) in [(deadline * 2 / 3, "processed"), (deadline * 3, "queued")] {
+        outage.hold();
+        let sent = tokio::time::Instant::now();
+        let delivery = {
+            let (function, invoice) = (std::sync::Arc::clone(&function), invoice.clone());
+            tokio::spawn(async move { function.invoke(&invoice).await })
+        };
+        claimonce_tests::until("the statement is held at the database", || {
+            outage.waiting() > 0
+        })
+        .await;
+        if expected == "processed" {
+            // The moment under test: the database answers after most of the deadline.
+            tokio::time::sleep_until(sent + held_for).await;
+            outage.release();
+            let answer = delivery.await.expect("the delivery");
+            assert_eq!(payload_outcome(&answer), (200, expected.into()));
+            assert_eq!(depth(&sqs, &queue).await, 0, "nothing queued");
+        } else {
+            // The deadline passes while the statement is held: answered before the release.
+            let answer = delivery.await.expect("the delivery");
+            assert_eq!(payload_outcome(&answer), (200, expected.into()));
+            assert_eq!(depth(&sqs, &queue).await, 1, "the delivery is on the queue");
+            outage.release();
+        }
+    }
+    // The invoice once: the processed delivery; the queued copy of another delivery of it.
+    let invoices = "SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'";
+    assert_eq!(db.count(invoices).await, 1);
+}
+
+/// SQS refusing and SQS hanging, with the database down, told apart and each bounded: a
+/// queue endpoint that closes every connection gives `not queued: SQS SendMessage: ...`, one
+/// that accepts and never answers gives `not queued: SQS SendMessage timed out` after
+/// `SPILL_TIMEOUT_MS`; both are answered 500, and each endpoint was tried.
+#[tokio::test]
+async fn sqs_refusing_and_sqs_hanging_are_told_apart_and_each_is_a_500() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
+    outage.down().await;
+    // The refusing endpoint gets a bound long enough for the SDK's own retries to end first.
+    for (hangs, expected, bound) in [
+        (false, "not queued: SQS SendMessage: ", "10000"),
+        (true, "not queued: SQS SendMessage timed out", "1000"),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let tried = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&tried);
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                if hangs {
+                    held.push(socket);
+                }
+            }
+        });
+        let queue = format!("{endpoint}/123456789012/spill");
+        let function = start_with(
+            f,
+            &through,
+            &queue,
+            &endpoint,
+            &[("SPILL_TIMEOUT_MS", bound)],
+        )
+        .await;
+        let answer = function
+            .invoke(&signed(&sample("stripe/invoice.paid.json")))
+            .await;
+        assert_eq!(answer["statusCode"], 500, "{answer}");
+        let line = function.deliveries().pop().expect("a delivery line");
+        assert!(
+            line["error"].as_str().is_some_and(|e| e.contains(expected)),
+            "{expected}: {line}"
+        );
+        assert!(tried.load(Ordering::SeqCst) > 0, "the queue was tried");
+        server.abort();
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
 }
