@@ -629,6 +629,8 @@ CREATE INDEX outbox_undispatched_idx ON public.outbox USING btree (id) WHERE (di
 
 CREATE INDEX processed_events_received_at_idx ON public.processed_events USING btree (received_at);
 
+CREATE UNIQUE INDEX shopify_order_events_event ON public.shopify_order_events USING btree (event_id);
+
 CREATE INDEX shopify_order_events_order ON public.shopify_order_events USING btree (order_id, order_updated_at);
 
 CREATE INDEX subscriptions_customer_idx ON public.subscriptions USING btree (stripe_customer_id);
@@ -731,5 +733,13 @@ GRANT SELECT,DELETE ON TABLE public.processed_events TO claimonce_sweeper;
 
 GRANT INSERT ON TABLE public.shopify_order_events TO claimonce_shopify;
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.shopify_orders TO claimonce_shopify;
+GRANT INSERT,UPDATE ON TABLE public.shopify_orders TO claimonce_shopify;
+
+GRANT SELECT(order_id) ON TABLE public.shopify_orders TO claimonce_shopify;
+
+GRANT SELECT(state) ON TABLE public.shopify_orders TO claimonce_shopify;
+
+GRANT SELECT(source_updated_at) ON TABLE public.shopify_orders TO claimonce_shopify;
+
+GRANT SELECT(source_rank) ON TABLE public.shopify_orders TO claimonce_shopify;
 

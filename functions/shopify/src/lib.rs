@@ -257,23 +257,23 @@ pub async fn keep_order(
 }
 
 /// The order's newest state: one upsert, newest-first (the statement of
-/// `shopify_keep_order_v1`).
+/// `shopify_keep_order_v1`). It writes from its own parameters, never `EXCLUDED`, so the
+/// login needs SELECT only on the stored state, time and rank it compares (V18).
 pub async fn keep_order_state(tx: &Tx<'_>, order: &Order) -> Result<(), EffectError> {
     tx.execute(
         "INSERT INTO shopify_orders AS o (order_id, state, email, financial_status, \
          total_price, currency, source_updated_at, source_rank) \
          VALUES ($1, $2, $3, $4, $5::numeric, $6, $7::timestamptz, $8) \
          ON CONFLICT (order_id) DO UPDATE SET \
-             state = CASE WHEN o.state = 'cancelled' THEN 'cancelled' ELSE EXCLUDED.state END, \
-             email = EXCLUDED.email, \
-             financial_status = EXCLUDED.financial_status, \
-             total_price = EXCLUDED.total_price, \
-             currency = EXCLUDED.currency, \
-             source_updated_at = EXCLUDED.source_updated_at, \
-             source_rank = EXCLUDED.source_rank, \
+             state = CASE WHEN o.state = 'cancelled' THEN 'cancelled' ELSE $2 END, \
+             email = $3, \
+             financial_status = $4, \
+             total_price = $5::numeric, \
+             currency = $6, \
+             source_updated_at = $7::timestamptz, \
+             source_rank = $8, \
              updated_at = now() \
-         WHERE (EXCLUDED.source_updated_at, EXCLUDED.source_rank) \
-             > (o.source_updated_at, o.source_rank)",
+         WHERE ($7::timestamptz, $8) > (o.source_updated_at, o.source_rank)",
         &[
             (&order.id, Type::INT8),
             (&order.state, Type::TEXT),
@@ -289,7 +289,8 @@ pub async fn keep_order_state(tx: &Tx<'_>, order: &Order) -> Result<(), EffectEr
     Ok(())
 }
 
-/// One row of the order's timeline for this event.
+/// One row of the order's timeline for this event, once: a replay after the sweep (claimed
+/// again, as Shopify signs no timestamp) adds nothing (V18).
 pub async fn add_to_timeline(
     tx: &Tx<'_>,
     event_id: &EventId,
@@ -298,7 +299,7 @@ pub async fn add_to_timeline(
 ) -> Result<(), EffectError> {
     tx.execute(
         "INSERT INTO shopify_order_events (order_id, event_id, topic, state, order_updated_at) \
-         VALUES ($1, $2, $3, $4, $5::timestamptz)",
+         VALUES ($1, $2, $3, $4, $5::timestamptz) ON CONFLICT DO NOTHING",
         &[
             (&order.id, Type::INT8),
             (&event_id.as_str(), Type::TEXT),

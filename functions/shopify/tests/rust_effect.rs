@@ -128,6 +128,29 @@ async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_tran
         "ok"
     );
     assert_eq!(written(&db).await, (1, 2, 3));
+    // Under a claim of its own, the login still reads no order's email, status or amount:
+    // only what the effect compares.
+    for (column, expected) in [
+        ("email", "42501"),
+        ("financial_status", "42501"),
+        ("total_price", "42501"),
+        ("state, source_updated_at, source_rank", "ok"),
+    ] {
+        assert_eq!(
+            sqlstate(
+                &login,
+                &format!(
+                    "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b-read-{}', \
+                     'orders/create', NULL); SELECT {column} FROM shopify_orders; COMMIT",
+                    column.len()
+                )
+            )
+            .await,
+            expected,
+            "{column}"
+        );
+        let _ = login.batch_execute("ROLLBACK").await;
+    }
 }
 
 #[tokio::test]

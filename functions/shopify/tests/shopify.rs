@@ -81,6 +81,8 @@ async fn a_replay_after_the_sweep_changes_nothing_and_the_topic_cannot_pick_the_
             (200, "processed".into())
         );
     }
+    let timeline = "SELECT count(*) FROM shopify_order_events WHERE order_id = 2";
+    assert_eq!(db.count(timeline).await, 2);
     // The ledger swept, as after the retention window; the old bodies come again.
     db.client()
         .await
@@ -99,6 +101,11 @@ async fn a_replay_after_the_sweep_changes_nothing_and_the_topic_cannot_pick_the_
     assert_eq!(
         order_row(&db, 2).await,
         ("open".to_owned(), "paid".to_owned())
+    );
+    assert_eq!(
+        db.count(timeline).await,
+        2,
+        "the replayed event's timeline row is not added again"
     );
     assert_eq!(
         db.count(
