@@ -227,7 +227,7 @@ impl fmt::Display for EffectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             // The summary the delivery's log line uses: SQLSTATE, never the server's message.
-            Kind::Database(e) => f.write_str(&crate::db::statement_summary(e)),
+            Kind::Database(e) => f.write_str(&crate::pg_error::statement_summary(e)),
             Kind::Refused(why) => write!(f, "statement refused: {why}"),
             Kind::PastDeadline => f.write_str("delivery timed out"),
             Kind::Failed(why) => write!(f, "the effect failed: {why}"),

@@ -126,10 +126,13 @@ pub mod config;
 pub mod conventions;
 pub mod db;
 pub mod effect;
+mod headers;
+mod ids;
 pub mod lambda;
 pub mod log;
 mod metrics;
 pub mod migrate;
+mod pg_error;
 pub mod pipeline;
 mod provider;
 mod receiver;
@@ -145,9 +148,10 @@ pub mod timestamp;
 pub mod verify;
 
 pub use effect::{EffectError, Tx};
+pub use ids::{EventId, MAX_EVENT_ID_LEN};
 pub use lambda::{run_from_env, serve};
 pub use pipeline::{Effect, Forwardable, Param};
-pub use provider::{EventId, MAX_EVENT_ID_LEN, Parsed, Provider, Signed, Unsigned};
+pub use provider::{Parsed, Provider, Signed, Unsigned};
 pub use receiver::{Admitted, Limits, Receiver, Recovered};
 pub use response::{Disposition, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::db::{Attempted, DeliveryError, Work};
 use crate::response::{Problem, Rejection};
 
 /// One argument of an effect, with its PostgreSQL type.
@@ -416,32 +417,97 @@ pub(crate) trait Apply: Send + Sync {
 /// What [`run_in_rust`] calls.
 pub(crate) type RustEffect<'a> = &'a dyn Apply;
 
-/// How a Rust effect's transaction ended: its outcome, and whether the connection may carry
-/// the next delivery.
-#[derive(Debug)]
-pub(crate) struct InRust {
-    /// What the delivery answers.
-    pub(crate) outcome: Result<Finished, crate::db::DeliveryError>,
-    /// True only when the transaction is known to be over (its `COMMIT` or `ROLLBACK` was
-    /// answered). Otherwise the connection may still hold it open, with the claim and whatever
-    /// the effect wrote, and must not be used again: the next delivery's `BEGIN` would run
-    /// inside it and its `COMMIT` would commit this delivery's claim without its effect.
-    pub(crate) reusable: bool,
+/// A delivery's claim and effect, as work on the environment's connection
+/// ([`Database::run`](crate::db::Database::run)): the one statement, or for a Rust effect the
+/// claim's explicit transaction.
+pub(crate) struct Settle<'a> {
+    /// The ledger row to claim.
+    pub(crate) claim: &'a Claim<'a>,
+    /// The effect, if the event has one.
+    pub(crate) effect: Option<&'a Effect>,
+    /// The provider's Rust effect, for an [`Effect::in_rust`].
+    pub(crate) apply: RustEffect<'a>,
+}
+
+impl Work for Settle<'_> {
+    type Output = Finished;
+
+    fn attempt<'c>(
+        &'c self,
+        client: &'c Client,
+        deadline: tokio::time::Instant,
+    ) -> futures_util::future::BoxFuture<'c, Attempted<Finished>> {
+        Box::pin(async move {
+            match self.effect {
+                Some(rust) if rust.is_rust() => {
+                    run_in_rust(client, self.claim, self.apply, deadline).await
+                }
+                // One statement in its implicit transaction: whatever it answered, the server
+                // has ended that transaction.
+                _ => Attempted {
+                    outcome: run(client, self.claim, self.effect)
+                        .await
+                        .map_err(DeliveryError::Failed),
+                    reusable: true,
+                },
+            }
+        })
+    }
+}
+
+/// Which of a provider's event ids the ledger holds (`claimonce_claimed_v1`, V16), as work on
+/// the environment's connection: what a recover function asks before it applies what it
+/// listed.
+pub(crate) struct Claimed<'a> {
+    /// The provider's ledger name.
+    pub(crate) provider: &'a str,
+    /// The ids to look up.
+    pub(crate) event_ids: &'a [&'a str],
+}
+
+impl Work for Claimed<'_> {
+    type Output = std::collections::HashSet<String>;
+
+    fn attempt<'c>(
+        &'c self,
+        client: &'c Client,
+        _deadline: tokio::time::Instant,
+    ) -> futures_util::future::BoxFuture<'c, Attempted<Self::Output>> {
+        Box::pin(async move {
+            let rows = client
+                .query_typed(
+                    "SELECT claimonce_claimed_v1($1, $2)",
+                    &[
+                        (&self.provider, Type::TEXT),
+                        (&self.event_ids, Type::TEXT_ARRAY),
+                    ],
+                )
+                .await;
+            Attempted {
+                outcome: rows.map_err(DeliveryError::Failed).map(|rows| {
+                    rows.iter()
+                        .filter_map(|row| row.try_get::<_, String>(0).ok())
+                        .collect()
+                }),
+                reusable: true,
+            }
+        })
+    }
 }
 
 /// The claim and a Rust effect on one explicit transaction: `BEGIN` pipelined with the claim
 /// (one flight), then the effect's statements if the claim was won, then `COMMIT`. Any error
 /// sends `ROLLBACK` while the deadline allows, so the claim vanishes with whatever the effect
 /// wrote; past the deadline, or when the `ROLLBACK` is not answered, the connection is
-/// reported unusable and the caller discards it (the server rolls back a transaction whose
-/// connection closes).
+/// reported not reusable and the database layer discards it (the server rolls back a
+/// transaction whose connection closes): the next delivery's `BEGIN` would otherwise run
+/// inside it, and its `COMMIT` commit this delivery's claim without its effect.
 pub(crate) async fn run_in_rust(
     client: &Client,
     claim: &Claim<'_>,
     apply: RustEffect<'_>,
     deadline: tokio::time::Instant,
-) -> InRust {
-    use crate::db::DeliveryError;
+) -> Attempted<Finished> {
     let begun = futures_util::future::try_join(
         client.batch_execute("BEGIN"),
         // The claim alone: a Rust effect has no call in the statement.
@@ -475,24 +541,24 @@ pub(crate) async fn run_in_rust(
         // The commit's own failure (a deferred constraint) ends the transaction too, but the
         // connection is trusted again only on an answer that says the transaction is over.
         Ok(finished) => match client.batch_execute("COMMIT").await {
-            Ok(()) => InRust {
+            Ok(()) => Attempted {
                 outcome: Ok(finished),
                 reusable: true,
             },
-            Err(e) => InRust {
+            Err(e) => Attempted {
                 outcome: Err(DeliveryError::Failed(e)),
                 reusable: false,
             },
         },
         Err(e) => {
             let usable = !client.is_closed()
-                && !matches!(&e, DeliveryError::Failed(f) if crate::db::connection_lost(f));
+                && !matches!(&e, DeliveryError::Failed(f) if crate::pg_error::connection_lost(f));
             // Its own failure is the answer either way; a ROLLBACK that is not sent or not
             // answered leaves the connection to be discarded.
             let rolled_back = usable
                 && tokio::time::Instant::now() < deadline
                 && client.batch_execute("ROLLBACK").await.is_ok();
-            InRust {
+            Attempted {
                 outcome: Err(e),
                 reusable: rolled_back,
             }

@@ -11,10 +11,11 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{self, ConfigError};
 use crate::db::Database;
+use crate::ids::EventId;
 use crate::log::{Level, Log};
 use crate::metrics;
 use crate::pipeline::{Claim, Finished};
-use crate::provider::{EventId, Parsed, Provider, Signed, Unsigned};
+use crate::provider::{Parsed, Provider, Signed, Unsigned};
 use crate::response::{Disposition, Problem, Rejection};
 
 /// API Gateway's id for the request (`requestContext.requestId`), as the Lambda boundary
@@ -508,7 +509,14 @@ impl<P: Provider> Receiver<P> {
             provider: &*provider,
             parsed,
         };
-        let outcome = self.database.deliver(&claim, effect.as_ref(), &apply).await;
+        let outcome = self
+            .database
+            .run(&crate::pipeline::Settle {
+                claim: &claim,
+                effect: effect.as_ref(),
+                apply: &apply,
+            })
+            .await;
         self.report_reconnects(&parsed.event_id);
         match outcome? {
             Finished::Processed => Ok(Disposition::Processed),
@@ -749,7 +757,12 @@ impl<P: Provider> Receiver<P> {
         &self,
         event_ids: &[&str],
     ) -> Result<std::collections::HashSet<String>, crate::db::DeliveryError> {
-        self.database.claimed(self.name, event_ids).await
+        self.database
+            .run(&crate::pipeline::Claimed {
+                provider: self.name,
+                event_ids,
+            })
+            .await
     }
 }
 

@@ -5,6 +5,7 @@ mod connection;
 mod faults;
 mod gate;
 mod lambda;
+mod layers;
 mod migrate_fn;
 mod migrations;
 mod observability;

@@ -2,6 +2,7 @@
 //! message never carries a password or event data.
 
 use crate::auth::AuthError;
+use crate::pg_error::{io_error, statement_summary};
 
 /// Why a connection could not be made.
 #[derive(Debug)]
@@ -126,20 +127,6 @@ impl DeliveryError {
     }
 }
 
-/// A failed statement, for logs: the SQLSTATE and constraint name (never the server's
-/// message, which can quote values), or what went wrong on the socket.
-pub(crate) fn statement_summary(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => match db.constraint() {
-            Some(c) => format!("sqlstate {} (constraint {c})", db.code().code()),
-            None => format!("sqlstate {}", db.code().code()),
-        },
-        None if e.is_closed() => "connection closed".into(),
-        None if io_error(e) => "connection error".into(),
-        None => "a parameter could not be encoded".into(),
-    }
-}
-
 impl std::fmt::Display for DeliveryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.summary())
@@ -154,26 +141,6 @@ impl std::error::Error for DeliveryError {
             DeliveryError::Effect(e) => Some(e),
             DeliveryError::TimedOut => None,
         }
-    }
-}
-
-/// True when the error came from the socket (an I/O error) rather than from the server.
-pub(super) fn io_error(e: &tokio_postgres::Error) -> bool {
-    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
-}
-
-/// True when the error says the connection is gone (closed, killed by an administrator or a
-/// proxy, or the server restarting), as opposed to the statement failing.
-pub(crate) fn connection_lost(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    match e.as_db_error() {
-        Some(db) => {
-            let code = db.code().code();
-            code.starts_with("08") || code.starts_with("57P")
-        }
-        None => io_error(e),
     }
 }
 

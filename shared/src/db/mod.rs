@@ -1,6 +1,8 @@
 //! The database connection: settings from the environment, verified TLS through rustls, one
 //! connection per execution environment that is reused and re-made when found closed, and a
-//! bound on every wait.
+//! bound on every wait. It runs a delivery's [`Work`] with its deadline, reconnect and cancel,
+//! and knows nothing of claims: what the work sends is the claim layer's
+//! ([`crate::pipeline`]).
 
 mod error;
 mod settings;
@@ -12,9 +14,8 @@ use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
 pub use self::error::{ConnectError, DeliveryError};
-pub(crate) use self::error::{connection_lost, statement_summary};
 pub use self::settings::{Settings, Timeouts};
-use crate::pipeline::{self, Claim, Effect, Finished};
+use crate::pg_error::connection_lost;
 
 impl Settings {
     /// Opens a connection within the connect timeout and drives it on its own task. With a
@@ -207,6 +208,32 @@ impl Drop for Connection {
     }
 }
 
+/// One attempt of a delivery's work, and whether its connection may carry the next one.
+#[derive(Debug)]
+pub(crate) struct Attempted<T> {
+    /// What the attempt came to.
+    pub(crate) outcome: Result<T, DeliveryError>,
+    /// True only when nothing the work began is left open on the connection (one statement in
+    /// its implicit transaction always is; an explicit transaction only once its `COMMIT` or
+    /// `ROLLBACK` was answered). A connection that is not reusable is discarded: the server
+    /// rolls back a transaction whose connection closes.
+    pub(crate) reusable: bool,
+}
+
+/// What a delivery does on the connection, given the delivery's deadline: the claim layer's
+/// statements. It may be attempted twice, on a fresh connection after a lost one.
+pub(crate) trait Work: Sync {
+    /// What the work answers.
+    type Output: Send;
+
+    /// One attempt on `client`, sending nothing once `deadline` has passed.
+    fn attempt<'c>(
+        &'c self,
+        client: &'c Client,
+        deadline: tokio::time::Instant,
+    ) -> futures_util::future::BoxFuture<'c, Attempted<Self::Output>>;
+}
+
 /// How the server bounds one statement of this login: read once, at cold start. Behind RDS
 /// Proxy, which supports no query cancellation, the login's `statement_timeout` is the only
 /// bound on a statement the client's deadline gave up on.
@@ -280,31 +307,22 @@ impl Database {
         Ok(bound)
     }
 
-    /// Runs one delivery's statement: the claim, and `effect` if the claim is won.
+    /// Runs one delivery's `work` on this environment's connection.
     ///
     /// One deadline (`DB_DELIVERY_TIMEOUT_MS`) covers the whole delivery. If the connection
     /// turns out to be lost (a proxy idle timeout, a failover, an administrator), it reconnects
-    /// once and sends the statement again. That is safe because the claim is idempotent: if the
-    /// first attempt did commit, the second finds the claim taken and answers duplicate. When
-    /// the deadline passes with the statement sent, the statement is cancelled on the server
-    /// and the connection closed.
-    ///
-    /// For an [`Effect::in_rust`], `apply` runs on the claim's transaction once the claim is
-    /// won ([`pipeline::run_in_rust`]); a lost connection retries the whole transaction, which
-    /// the server rolled back (or, if it was the commit's answer that was lost, answers
-    /// duplicate).
-    pub(crate) async fn deliver(
-        &self,
-        claim: &Claim<'_>,
-        effect: Option<&Effect>,
-        apply: pipeline::RustEffect<'_>,
-    ) -> Result<Finished, DeliveryError> {
+    /// once and runs the work again: the work must be safe to repeat (a claim is: if the first
+    /// attempt did commit, the second finds the claim taken and answers duplicate). When the
+    /// deadline passes with a statement sent, the statement is cancelled on the server and the
+    /// connection closed; so is a connection the work reports it may have left in a
+    /// transaction ([`Attempted::reusable`]).
+    pub(crate) async fn run<W: Work>(&self, work: &W) -> Result<W::Output, DeliveryError> {
         let mut slot = self.connection.lock().await;
         let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
         // The cancel key of the connection a statement is in flight on, while it is.
         let in_flight = std::sync::Mutex::new(None);
         let answered = {
-            let attempts = self.attempts(&mut slot, claim, effect, apply, deadline, &in_flight);
+            let attempts = self.attempts(&mut slot, work, deadline, &in_flight);
             tokio::pin!(attempts);
             let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
                 Ok(outcome) => return outcome,
@@ -335,66 +353,13 @@ impl Database {
         }
     }
 
-    /// The ids among `event_ids` the ledger holds for `provider` (one statement, within the
-    /// delivery's deadline, on this environment's connection): what a recover function asks
-    /// before it applies what it listed. A failure, or the deadline, discards the connection.
-    pub(crate) async fn claimed(
-        &self,
-        provider: &str,
-        event_ids: &[&str],
-    ) -> Result<std::collections::HashSet<String>, DeliveryError> {
-        const CLAIMED: &str = "SELECT claimonce_claimed_v1($1, $2)";
-        let mut slot = self.connection.lock().await;
-        let asked = async {
-            let connection = match slot.take().filter(|c| !c.is_closed()) {
-                Some(connection) => connection,
-                None => {
-                    self.reconnects
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.settings
-                        .connect()
-                        .await
-                        .map_err(DeliveryError::Connect)?
-                }
-            };
-            let connection = slot.insert(connection);
-            connection
-                .query_typed(
-                    CLAIMED,
-                    &[
-                        (&provider, tokio_postgres::types::Type::TEXT),
-                        (&event_ids, tokio_postgres::types::Type::TEXT_ARRAY),
-                    ],
-                )
-                .await
-                .map_err(DeliveryError::Failed)
-        };
-        let answered = tokio::time::timeout(self.settings.timeouts().delivery, asked).await;
-        match answered {
-            Ok(Ok(rows)) => Ok(rows
-                .iter()
-                .filter_map(|row| row.try_get::<_, String>(0).ok())
-                .collect()),
-            Ok(Err(e)) => {
-                slot.take();
-                Err(e)
-            }
-            Err(_) => {
-                slot.take();
-                Err(DeliveryError::TimedOut)
-            }
-        }
-    }
-
-    async fn attempts(
+    async fn attempts<W: Work>(
         &self,
         slot: &mut Option<Connection>,
-        claim: &Claim<'_>,
-        effect: Option<&Effect>,
-        apply: pipeline::RustEffect<'_>,
+        work: &W,
         deadline: tokio::time::Instant,
         in_flight: &std::sync::Mutex<Option<Arc<tokio_postgres::CancelToken>>>,
-    ) -> Result<Finished, DeliveryError> {
+    ) -> Result<W::Output, DeliveryError> {
         let mut retried = false;
         loop {
             if tokio::time::Instant::now() >= deadline {
@@ -417,20 +382,7 @@ impl Database {
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some(Arc::clone(&connection.cancel));
-            let (outcome, reusable) = match effect {
-                Some(rust) if rust.is_rust() => {
-                    let ended = pipeline::run_in_rust(connection, claim, apply, deadline).await;
-                    (ended.outcome, ended.reusable)
-                }
-                // One statement in its implicit transaction: whatever it answered, the server
-                // has ended that transaction.
-                _ => (
-                    pipeline::run(connection, claim, effect)
-                        .await
-                        .map_err(DeliveryError::Failed),
-                    true,
-                ),
-            };
+            let Attempted { outcome, reusable } = work.attempt(&connection.client, deadline).await;
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
             if !reusable {
                 // It may still hold this delivery's transaction open: never reused. Dropping

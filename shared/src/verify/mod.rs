@@ -11,13 +11,10 @@ use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
 
-use crate::provider::EventId;
+pub use crate::headers::{HeaderFault, MAX_HEADER_LEN, one_header};
+use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
 
-/// Longest header value any scheme reads. Real signature headers carry a timestamp and two or
-/// three signatures; a longer one is malformed, and refusing it bounds the work an attacker
-/// can ask for.
-pub const MAX_HEADER_LEN: usize = 4096;
 /// At most this many signature candidates are compared per key (a rotation needs two).
 pub const MAX_SIGNATURES: usize = 8;
 
@@ -179,38 +176,6 @@ pub(crate) fn within_tolerance(timestamp: u64, now: u64, tolerance: u64) -> bool
 
 pub(crate) fn reject(problem: Problem, detail: &'static str) -> Rejection {
     Rejection::new(problem, detail)
-}
-
-/// Why a header could not be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderFault {
-    /// The header appears more than once.
-    Repeated,
-    /// Its value is not visible ASCII.
-    NotAscii,
-    /// Its value is longer than [`MAX_HEADER_LEN`].
-    TooLong,
-}
-
-/// The one value of header `name`, trimmed: `Ok(None)` when absent, a [`HeaderFault`] when it
-/// appears more than once, is not ASCII or is longer than [`MAX_HEADER_LEN`]. Every scheme and
-/// every unsigned header a provider reads goes through this one check.
-pub fn one_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, HeaderFault> {
-    let mut values = headers.get_all(name).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(HeaderFault::Repeated);
-    }
-    if value.len() > MAX_HEADER_LEN {
-        return Err(HeaderFault::TooLong);
-    }
-    value
-        .to_str()
-        .map(|v| Some(v.trim()))
-        .map_err(|_| HeaderFault::NotAscii)
 }
 
 /// [`one_header`] for a signature header: a fault is a malformed signature.

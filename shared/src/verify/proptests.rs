@@ -281,7 +281,7 @@ proptest! {
         prop_assert_eq!(
             sw_verifier(&key).verify(&headers, &body, clock.now),
             Ok(Verified {
-                message_id: Some(crate::provider::EventId::new(id).expect("a valid id")),
+                message_id: Some(crate::ids::EventId::new(id).expect("a valid id")),
                 signed_at: Some(clock.signed_at),
             })
         );

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 
 use super::{MAX_SIGNATURES, Sign, SigningKeys, Verified, Verify, reject, signature_header};
-use crate::provider::EventId;
+use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
 
 /// The three headers, in one of the two accepted spellings.

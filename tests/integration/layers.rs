@@ -1,0 +1,91 @@
+//! The shared crate's modules import one way: a module that another depends on never depends
+//! back on it, through any path. Read from the source as written (`crate::<module>` outside
+//! comments and the test modules), so a new cycle fails here before a reader meets it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use claimonce_local::functions;
+
+/// Each top-level module of `shared/src` and the modules it names with `crate::`.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).expect("under src");
+            let module = relative
+                .components()
+                .next()
+                .and_then(|c| c.as_os_str().to_str())
+                .expect("a name")
+                .trim_end_matches(".rs")
+                .to_owned();
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            // The code before its tests, without comments.
+            let code = [
+                "#[cfg(test)]\nmod tests",
+                "#[cfg(test)]\nmod proptests",
+                "#[cfg(test)]\nmod sign_tests",
+            ]
+            .iter()
+            .filter_map(|marker| text.find(marker))
+            .min()
+            .map_or(text.as_str(), |end| &text[..end]);
+            let names = graph.entry(module.clone()).or_default();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for part in line.split("crate::").skip(1) {
+                    let name: String = part
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != module {
+                        names.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_shared_crate_s_modules_import_one_way() {
+    let src = functions::workspace_root().join("shared").join("src");
+    let graph = imports(&src);
+    assert!(graph.len() > 20, "{graph:?}");
+    let reaches = |from: &str| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_owned()];
+        while let Some(module) = stack.pop() {
+            for next in graph.get(&module).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let cycles: Vec<String> = graph
+        .iter()
+        .flat_map(|(module, names)| {
+            names
+                .iter()
+                .filter(|name| reaches(name).contains(module))
+                .map(move |name| format!("{module} -> {name}"))
+        })
+        .collect();
+    assert_eq!(
+        cycles,
+        Vec::<String>::new(),
+        "import cycles among shared/src modules"
+    );
+}
