@@ -34,7 +34,117 @@ use std::fmt;
 use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::forward::{FORWARD_FUNCTION, Forwardable};
+
 pub use tokio_postgres::Row;
+
+/// One argument of an effect, with its PostgreSQL type.
+pub struct Param {
+    pub(crate) value: Box<dyn ToSql + Send + Sync>,
+    pub(crate) ty: Type,
+}
+
+impl Param {
+    /// An argument of the given type (`Type::TEXT`, `Type::INT8`, `Type::TEXT_ARRAY`, ...). The
+    /// effect function's parameter must have exactly this type: PostgreSQL picks the function
+    /// by its argument types.
+    pub fn new<T: ToSql + Send + Sync + 'static>(value: T, ty: Type) -> Self {
+        Self {
+            value: Box::new(value),
+            ty,
+        }
+    }
+}
+
+impl std::fmt::Debug for Param {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Values are event data: show only the type.
+        write!(f, "Param({})", self.ty)
+    }
+}
+
+/// What a won claim does to the database: one call of an effect function, a PL/pgSQL
+/// function that a migration added (see the README's "Adding a provider"), in the claim's one
+/// statement; or the provider's [`Provider::apply`](crate::Provider::apply), Rust on the
+/// claim's transaction ([`Effect::in_rust`]).
+#[derive(Debug)]
+pub struct Effect {
+    kind: Shape,
+}
+
+#[derive(Debug)]
+enum Shape {
+    Call {
+        function: &'static str,
+        params: Vec<Param>,
+        /// The claim's provider and event id are passed first (`$1, $2`).
+        with_claim: bool,
+    },
+    Rust,
+}
+
+impl Effect {
+    /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
+    pub fn call(function: &'static str, params: Vec<Param>) -> Self {
+        Self {
+            kind: Shape::Call {
+                function,
+                params,
+                with_claim: false,
+            },
+        }
+    }
+
+    /// The provider's [`Provider::apply`](crate::Provider::apply): async Rust that runs only
+    /// after the claim is won, with a [`Tx`](crate::effect::Tx) on the claim's transaction,
+    /// and commits or rolls back with it (more round trips than [`Effect::call`]: one for
+    /// each statement it sends, and one for the commit).
+    pub fn in_rust() -> Self {
+        Self { kind: Shape::Rust }
+    }
+
+    /// True for [`Effect::in_rust`].
+    pub fn is_rust(&self) -> bool {
+        matches!(self.kind, Shape::Rust)
+    }
+
+    /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
+    /// queue: "verified, exactly once, onto a queue", with no table of the provider's own. The
+    /// relay sends the signed bytes as they arrived, with the signature header
+    /// ([`Forwardable::signed_by`]), so a consumer can verify them.
+    pub fn forward(topic: String, event: Forwardable) -> Self {
+        let (header, value) = event.signature.unzip();
+        Self {
+            kind: Shape::Call {
+                function: FORWARD_FUNCTION,
+                params: vec![
+                    Param::new(topic, Type::TEXT),
+                    Param::new(event.body, Type::TEXT),
+                    Param::new(header, Type::TEXT),
+                    Param::new(value, Type::TEXT),
+                ],
+                with_claim: true,
+            },
+        }
+    }
+
+    /// The effect function's name; `None` for [`Effect::in_rust`].
+    pub fn function(&self) -> Option<&'static str> {
+        self.call_parts().map(|(function, _, _)| function)
+    }
+
+    /// The call's function, arguments and whether the claim's identity comes first.
+    pub(crate) fn call_parts(&self) -> Option<(&'static str, &[Param], bool)> {
+        match &self.kind {
+            Shape::Call {
+                function,
+                params,
+                with_claim,
+            } => Some((function, params, *with_claim)),
+            Shape::Rust => None,
+        }
+    }
+}
 
 /// The transaction a won claim holds, for a Rust effect.
 pub struct Tx<'c> {

@@ -10,10 +10,10 @@
 
 use http::HeaderMap;
 
+use crate::effect::Effect;
 use crate::effect::{EffectError, Tx};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
-use crate::pipeline::Effect;
 use crate::response::{Problem, Rejection};
 use crate::verify::{Verified, Verify};
 

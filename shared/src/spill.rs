@@ -30,7 +30,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, ConfigError};
-use crate::pipeline::SQS_MESSAGE_LIMIT;
+use crate::forward::SQS_MESSAGE_LIMIT;
 
 /// What a spilled message's attributes may take beside its body: the seven attributes' names
 /// and types, the provider and event id (255 bytes each at most), the message id (255) and

@@ -457,7 +457,7 @@ mod tests {
         };
         assert_eq!(
             effect.function(),
-            Some(claimonce::pipeline::FORWARD_FUNCTION)
+            Some(claimonce::forward::FORWARD_FUNCTION)
         );
     }
 

@@ -707,7 +707,7 @@ async fn a_forward_leaves_as_the_signed_bytes_and_a_replay_under_another_name_ke
 
 #[tokio::test]
 async fn a_forward_no_queue_message_could_hold_is_413_and_writes_nothing() {
-    use claimonce::pipeline::FORWARD_BODY_LIMIT;
+    use claimonce::forward::FORWARD_BODY_LIMIT;
     let db = TestDb::new().await;
     let (receiver, _) = db.receiver(github());
     let sized = |len: usize| {

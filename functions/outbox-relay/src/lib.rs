@@ -656,7 +656,7 @@ mod tests {
 
     #[test]
     fn the_largest_forward_a_receiver_accepts_fits_one_sqs_message() {
-        use claimonce::pipeline::{FORWARD_BODY_LIMIT, SQS_MESSAGE_LIMIT};
+        use claimonce::forward::{FORWARD_BODY_LIMIT, SQS_MESSAGE_LIMIT};
         // Every attribute at the longest the receivers and migration V12 let through.
         let largest = OutboxRow {
             topic: "t".repeat(128),
