@@ -1,0 +1,160 @@
+//! The spill queue's drain: each spilled delivery proven, parsed again and settled through
+//! the same claim as a webhook ([`crate::spill`]).
+
+use super::*;
+
+/// Why the drain did not apply a record: it is not a spilled delivery it can read (from its
+/// own queue, of its own provider), or its signature does not prove it.
+enum Refused {
+    Unreadable(String),
+    Unproven(Rejection),
+}
+
+/// A spilled delivery parsed again: the event, its body's hash and when it first arrived.
+struct Reparsed<E> {
+    parsed: Parsed<E>,
+    payload_sha256: [u8; 32],
+    received_at: u64,
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Applies a batch of spilled deliveries (an SQS event from the provider's spill queue),
+    /// one after another on this environment's connection, each through the same claim and
+    /// effect as a webhook; returns the ones to receive again. A record from another queue, or
+    /// any record when this function has no spill queue, is applied never; a message that
+    /// cannot be read, belongs to another provider, does not verify or no longer parses fails
+    /// every time, and so reaches the dead-letter queue after the queue's stated receives; one
+    /// the database could not take comes back after its visibility timeout. One log line per
+    /// message (`drained`), with the `Drained` metric by provider and disposition.
+    pub(crate) async fn drain(
+        &self,
+        records: &[crate::spill::Record],
+    ) -> crate::spill::BatchResponse {
+        let mut response = crate::spill::BatchResponse::default();
+        // Once the database is found unavailable, the rest of the batch is not tried: each
+        // would wait out its own connect or deadline, and the batch the function's timeout.
+        let mut unavailable: Option<&'static str> = None;
+        for record in records {
+            let started = Instant::now();
+            let mut fields = Map::new();
+            let (disposition, error) = match self.restore(record).await {
+                Err(Refused::Unreadable(why)) => (Disposition::Error, Some(why)),
+                Err(Refused::Unproven(rejection)) => {
+                    let why = format!("the spilled delivery does not verify: {}", rejection.detail);
+                    (Disposition::Rejected(rejection), Some(why))
+                }
+                Ok(Reparsed {
+                    parsed,
+                    payload_sha256: sha,
+                    received_at,
+                }) => {
+                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
+                    fields.insert(
+                        "queued_seconds".into(),
+                        unix_now().saturating_sub(received_at).into(),
+                    );
+                    match unavailable {
+                        Some(reason) => (
+                            Disposition::Error,
+                            Some(format!("not tried: the database is unavailable ({reason})")),
+                        ),
+                        None => match self.settle(&parsed, Some(sha)).await {
+                            Ok(disposition) => (disposition, None),
+                            Err(e) => {
+                                unavailable = e.unavailable();
+                                (Disposition::Error, Some(e.summary()))
+                            }
+                        },
+                    }
+                }
+            };
+            let applied = matches!(
+                disposition,
+                Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
+            );
+            if !applied {
+                response.fail(&record.message_id);
+            }
+            let name = disposition.name();
+            fields.insert("provider".into(), self.name.into());
+            fields.insert("sqs_message_id".into(), record.message_id.as_str().into());
+            fields.insert("disposition".into(), name.into());
+            fields.insert("receive_count".into(), record.receive_count().into());
+            if let Some(error) = error {
+                fields.insert("error".into(), error.into());
+            }
+            let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+            fields.insert("latency_ms".into(), latency_ms.into());
+            let metric = metrics::Metric {
+                name: "Drained",
+                unit: "Count",
+                value: 1.0,
+            };
+            metrics::embed(
+                &mut fields,
+                &[("Provider", self.name), ("Disposition", name)],
+                &[metric],
+            );
+            let level = if applied { Level::Info } else { Level::Error };
+            self.log.write(level, "drained", fields);
+        }
+        response
+    }
+
+    /// A spilled message, proven and parsed again as its webhook was: the same bytes, the
+    /// signature headers they arrived with, checked with the current secrets (read again once
+    /// if none matches, as for a webhook), and the headers the parser read then.
+    async fn restore(&self, record: &crate::spill::Record) -> Result<Reparsed<P::Event>, Refused> {
+        let unreadable = |why: String| Refused::Unreadable(why);
+        let Some(spill) = &self.spill else {
+            return Err(unreadable(
+                "this function has no spill queue (SPILL_QUEUE_URL) and drains nothing".into(),
+            ));
+        };
+        if !spill.drains(record.event_source_arn.as_deref()) {
+            return Err(unreadable(
+                "a record from a queue other than this function's spill queue".into(),
+            ));
+        }
+        let restored = record.restore().map_err(|why| unreadable(why.to_owned()))?;
+        if restored.provider != self.name {
+            return Err(unreadable(format!(
+                "a message for provider {:?} on {:?}'s queue",
+                restored.provider, self.name
+            )));
+        }
+        let reparsed = match self.reparse(&restored.body, &restored.headers) {
+            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+                self.reparse(&restored.body, &restored.headers)
+            }
+            other => other,
+        };
+        let (parsed, sha) = reparsed.map_err(|r| match r.problem {
+            Problem::InvalidPayload | Problem::UnreadableBody => unreadable(format!(
+                "the spilled delivery no longer parses: {}",
+                r.detail
+            )),
+            _ => Refused::Unproven(r),
+        })?;
+        Ok(Reparsed {
+            parsed,
+            payload_sha256: sha,
+            received_at: restored.received_at,
+        })
+    }
+
+    /// A spilled delivery's signature checked with no timestamp tolerance, then the provider's
+    /// parser on what it proved.
+    fn reparse(
+        &self,
+        body: &[u8],
+        headers: &http::HeaderMap,
+    ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
+        let provider = self.provider();
+        let verified = provider.verifier().authenticate(headers, body)?;
+        let sha: [u8; 32] = Sha256::digest(body).into();
+        let parsed =
+            provider.parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
+        Ok((parsed, sha))
+    }
+}

@@ -1,0 +1,412 @@
+//! The one flow every provider shares: read the raw body, verify, parse, claim and apply in one
+//! transaction, answer, and log one line.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use lambda_http::http::Method;
+use lambda_http::{Body, Request, Response};
+use serde::Serialize;
+use serde_json::Map;
+use sha2::{Digest, Sha256};
+
+mod drain;
+mod environment;
+mod recover;
+mod secrets;
+
+pub use self::recover::Recovered;
+use self::secrets::Refresh;
+
+use crate::config::{self, ConfigError};
+use crate::db::Database;
+use crate::ids::EventId;
+use crate::log::{Level, Log};
+use crate::metrics;
+use crate::pipeline::{Claim, Finished};
+use crate::provider::{Parsed, Provider, Signed, Unsigned};
+use crate::response::{Disposition, Problem, Rejection};
+
+/// API Gateway's id for the request (`requestContext.requestId`), as the Lambda boundary
+/// read it: the delivery's log line carries it, as API Gateway's access log does.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiRequestId(pub(crate) String);
+
+/// Limits on what is accepted before any work is done.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest body accepted, in bytes (`MAX_BODY_BYTES`, default 1 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Limits {
+    /// From the environment. With a spill queue (`SPILL_QUEUE_URL`) every body accepted must
+    /// be one it can spill, so `MAX_BODY_BYTES` then defaults to
+    /// [`crate::spill::SPILL_BODY_LIMIT`] and may not exceed it.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let spilling = config::optional("SPILL_QUEUE_URL").is_some();
+        let limit = crate::spill::SPILL_BODY_LIMIT;
+        let default = if spilling { limit as u64 } else { 1 << 20 };
+        let max = config::number("MAX_BODY_BYTES", default)?;
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        if spilling && max > limit {
+            return Err(ConfigError::new(format!(
+                "MAX_BODY_BYTES is {max}, over the {limit} bytes a delivery can be spilled with \
+                 (SPILL_QUEUE_URL is set): lower it, or unset it for that limit"
+            )));
+        }
+        Ok(Self {
+            max_body_bytes: max,
+        })
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One provider's receiver in one execution environment: the provider, the connection it
+/// reuses, its limits and its log.
+#[derive(Debug)]
+pub struct Receiver<P> {
+    /// Replaced when the signing secrets are read again ([`Receiver::with_secret_refresh`]).
+    provider: std::sync::RwLock<std::sync::Arc<P>>,
+    /// The provider's ledger name, read once: a rebuilt provider keeps it, and the log lines
+    /// and the claim need it without taking the lock.
+    name: &'static str,
+    refresh: Option<Refresh<P>>,
+    database: Database,
+    limits: Limits,
+    log: Log,
+    /// The login's statement bound, as read at cold start.
+    statement_bound: std::sync::OnceLock<crate::db::StatementBound>,
+    /// Where a verified delivery goes when the database cannot take it ([`crate::spill`]).
+    spill: Option<crate::spill::Spill>,
+}
+
+struct Delivery {
+    event_id: Option<EventId>,
+    event_type: Option<String>,
+    delivery_id: Option<EventId>,
+    disposition: Disposition,
+    error: Option<String>,
+}
+
+/// The one log line of a delivery, written straight from these fields.
+#[derive(Serialize)]
+struct DeliveryLine<'a> {
+    provider: &'a str,
+    /// API Gateway's request id, as in its access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+    /// The sender's id of this delivery attempt, when it is not the event id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_id: Option<&'a str>,
+    disposition: &'a str,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    latency_ms: f64,
+    #[serde(flatten)]
+    metrics: metrics::Delivery<'a>,
+}
+
+impl Delivery {
+    fn rejected(rejection: Rejection) -> Self {
+        Self {
+            event_id: None,
+            event_type: None,
+            delivery_id: None,
+            disposition: Disposition::Rejected(rejection),
+            error: None,
+        }
+    }
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Assembles a receiver.
+    pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
+        Self {
+            name: provider.name(),
+            provider: std::sync::RwLock::new(std::sync::Arc::new(provider)),
+            refresh: None,
+            database,
+            limits,
+            log,
+            statement_bound: std::sync::OnceLock::new(),
+            spill: None,
+        }
+    }
+
+    /// Keeps a verified delivery on `spill` when the database cannot take it, and answers
+    /// 200 `queued` ([`crate::spill`]); without one such a delivery is answered 500.
+    pub fn with_spill(mut self, spill: Option<crate::spill::Spill>) -> Self {
+        self.spill = spill;
+        self
+    }
+
+    /// The provider as last built.
+    fn provider(&self) -> std::sync::Arc<P> {
+        let held = self
+            .provider
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::sync::Arc::clone(&held)
+    }
+
+    /// Handles one request and always answers: it never panics and never fails.
+    pub(crate) async fn handle(&self, request: Request) -> Response<Body> {
+        let started = Instant::now();
+        let delivery = self.deliver(&request).await;
+        let request_id = request
+            .extensions()
+            .get::<ApiRequestId>()
+            .map(|id| id.0.as_str());
+        self.finish(started, request_id, delivery)
+    }
+
+    /// Answers a request refused before it could be read (at the Lambda boundary).
+    pub(crate) fn refuse(&self, started: Instant, rejection: Rejection) -> Response<Body> {
+        self.finish(started, None, Delivery::rejected(rejection))
+    }
+
+    /// Logs the delivery's one line and turns its disposition into the response.
+    fn finish(
+        &self,
+        started: Instant,
+        request_id: Option<&str>,
+        delivery: Delivery,
+    ) -> Response<Body> {
+        let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let latency_ms = latency_us as f64 / 1000.0;
+        let disposition = delivery.disposition.name();
+        if self.log.enabled(Level::Debug)
+            && let Disposition::Rejected(r) = &delivery.disposition
+        {
+            // Why, beyond the problem's slug: our own words, never request data.
+            self.log.write(
+                Level::Debug,
+                "rejected",
+                serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
+            );
+        }
+        let line = DeliveryLine {
+            provider: self.name,
+            request_id,
+            event_id: delivery.event_id.as_ref().map(EventId::as_str),
+            event_type: delivery.event_type.as_deref(),
+            delivery_id: delivery.delivery_id.as_ref().map(EventId::as_str),
+            disposition,
+            status: delivery.disposition.status().as_u16(),
+            problem: match &delivery.disposition {
+                Disposition::Rejected(r) => Some(r.problem.slug()),
+                _ => None,
+            },
+            error: delivery.error.as_deref(),
+            latency_ms,
+            metrics: metrics::Delivery::new(self.name, disposition, latency_ms),
+        };
+        let level = match delivery.disposition {
+            Disposition::Error => Level::Error,
+            _ => Level::Info,
+        };
+        self.log.write(level, "delivery", &line);
+        delivery.disposition.into_response()
+    }
+
+    /// Everything before the database: method, size, signature, parsing. Pure but for the
+    /// clock; a request it refuses never reaches the database.
+    pub fn admit(&self, request: &Request, now: u64) -> Result<Admitted<P::Event>, Rejection> {
+        if request.method() != Method::POST {
+            return Err(Rejection::new(
+                Problem::MethodNotAllowed,
+                "webhooks are delivered with POST",
+            ));
+        }
+        let body: &[u8] = request.body();
+        if body.len() > self.limits.max_body_bytes {
+            return Err(Rejection::new(
+                Problem::PayloadTooLarge,
+                "the body is larger than this receiver accepts",
+            ));
+        }
+        let provider = self.provider();
+        let verifier = provider.verifier();
+        let verified = verifier.verify(request.headers(), body, now)?;
+        let payload_sha256: [u8; 32] = Sha256::digest(body).into();
+        // The headers the scheme and the parser read are kept only for a spill queue's
+        // message, which the drain verifies and parses again.
+        let read = std::cell::RefCell::new(Vec::new());
+        let unsigned = match self.spill {
+            Some(_) => {
+                let signature = verifier.signature_headers().iter().filter_map(|name| {
+                    let value = crate::verify::one_header(request.headers(), name).ok()??;
+                    Some(((*name).to_owned(), value.to_owned()))
+                });
+                read.borrow_mut().extend(signature);
+                Unsigned::noting(request.headers(), &read)
+            }
+            None => Unsigned::new(request.headers()),
+        };
+        let parsed = provider.parse(&Signed::new(body, &payload_sha256, &verified), &unsigned)?;
+        Ok(Admitted {
+            parsed,
+            payload_sha256,
+            read_headers: read.into_inner(),
+        })
+    }
+
+    async fn deliver(&self, request: &Request) -> Delivery {
+        let admitted = match self.admit(request, unix_now()) {
+            Ok(admitted) => admitted,
+            // A rotation may have begun: read the secrets again (rate-limited) and look once more.
+            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+                match self.admit(request, unix_now()) {
+                    Ok(admitted) => admitted,
+                    Err(r) => return Delivery::rejected(r),
+                }
+            }
+            Err(r) => return Delivery::rejected(r),
+        };
+        let (disposition, error) = match self
+            .settle(&admitted.parsed, Some(admitted.payload_sha256))
+            .await
+        {
+            Ok(disposition) => (disposition, None),
+            Err(e) => self.keep(request.body(), &admitted, &e).await,
+        };
+        let parsed = admitted.parsed;
+        Delivery {
+            event_id: Some(parsed.event_id),
+            event_type: Some(parsed.event_type),
+            delivery_id: parsed.delivery_id,
+            disposition,
+            error,
+        }
+    }
+
+    /// A delivery whose statement failed with `e`: put on the spill queue when the database
+    /// was unavailable and there is one (`queued`), else an error; the error text says which.
+    async fn keep(
+        &self,
+        body: &[u8],
+        admitted: &Admitted<P::Event>,
+        e: &crate::db::DeliveryError,
+    ) -> (Disposition, Option<String>) {
+        let (Some(spill), Some(reason)) = (&self.spill, e.unavailable()) else {
+            return (Disposition::Error, Some(e.summary()));
+        };
+        let spilled = crate::spill::Spilled {
+            provider: self.name,
+            event_id: admitted.parsed.event_id.as_str(),
+            body,
+            headers: &admitted.read_headers,
+            received_at: unix_now(),
+        };
+        match spill.put(&spilled).await {
+            Ok(()) => (
+                Disposition::Queued,
+                Some(format!("{}; queued ({reason})", e.summary())),
+            ),
+            Err(why) => (
+                Disposition::Error,
+                Some(format!("{}; not queued: {why}", e.summary())),
+            ),
+        }
+    }
+
+    /// The claim and the effect of a parsed event, on the database: processed, ignored or
+    /// duplicate, or why it failed. What a webhook and a drained message share.
+    async fn settle(
+        &self,
+        parsed: &Parsed<P::Event>,
+        payload_sha256: Option<[u8; 32]>,
+    ) -> Result<Disposition, crate::db::DeliveryError> {
+        let claim = Claim {
+            provider: self.name,
+            event_id: parsed.event_id.as_str(),
+            event_type: &parsed.event_type,
+            payload_sha256,
+        };
+        let provider = self.provider();
+        let effect = provider.effect(parsed);
+        let apply = Applier {
+            provider: &*provider,
+            parsed,
+        };
+        let outcome = self
+            .database
+            .run(&crate::pipeline::Settle {
+                claim: &claim,
+                effect: effect.as_ref(),
+                apply: &apply,
+            })
+            .await;
+        self.report_reconnects(&parsed.event_id);
+        match outcome? {
+            Finished::Processed => Ok(Disposition::Processed),
+            Finished::Ignored => Ok(Disposition::Ignored),
+            Finished::Duplicate { stored_sha256 } => {
+                // An event from the sender's API has no fingerprint, and a webhook after one
+                // finds none stored: neither is compared.
+                let differs = match (&stored_sha256, &claim.payload_sha256) {
+                    (Some(stored), Some(ours)) => stored.as_slice() != ours.as_slice(),
+                    _ => false,
+                };
+                if differs {
+                    let mut fields = Map::new();
+                    fields.insert("provider".into(), claim.provider.into());
+                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
+                    self.log.write(
+                        "warn",
+                        "duplicate event id with a different payload; the first one was kept",
+                        fields,
+                    );
+                }
+                Ok(Disposition::Duplicate)
+            }
+        }
+    }
+}
+
+/// A request that passed every check before the database.
+#[derive(Debug)]
+pub struct Admitted<E> {
+    /// The parsed event.
+    pub parsed: Parsed<E>,
+    /// SHA-256 of the raw body, stored with the claim.
+    pub payload_sha256: [u8; 32],
+    /// The signature headers, and the unsigned headers the parser read and found: what a
+    /// spilled copy carries.
+    read_headers: Vec<(String, String)>,
+}
+
+/// One delivery's Rust effect: the provider's [`Provider::apply`] for its event.
+struct Applier<'a, P: Provider> {
+    provider: &'a P,
+    parsed: &'a Parsed<P::Event>,
+}
+
+impl<P: Provider> crate::pipeline::Apply for Applier<'_, P> {
+    fn apply<'t>(
+        &'t self,
+        tx: &'t crate::effect::Tx<'t>,
+    ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>> {
+        Box::pin(self.provider.apply(self.parsed, tx))
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
