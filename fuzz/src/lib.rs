@@ -10,7 +10,7 @@
 //! answer 500, which `apigw_event` accepts.
 
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use claimonce::config::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
@@ -244,8 +244,4 @@ pub static RECEIVERS: LazyLock<Receivers> = LazyLock::new(|| {
 });
 
 /// The current time in unix seconds, as the receivers read it.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+pub use claimonce::timestamp::unix_now;

@@ -421,7 +421,7 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
             // The error is the HTTP client's (no request data in it). The receiver's own log
             // is stdout too, which is where a function's lines go.
             crate::log::Log::stdout().write(
-                "info",
+                crate::log::Level::Info,
                 "the Lambda Runtime API went away; exiting",
                 serde_json::json!({"invocations": served, "cause": error.to_string()}),
             );

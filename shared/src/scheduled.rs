@@ -146,7 +146,11 @@ pub fn write_recovery_report(
         metrics.push(count("RecoveredDuplicates", duplicates));
     }
     crate::metrics::embed(&mut line, &[("Provider", provider)], &metrics);
-    let level = if error.is_some() { "error" } else { "info" };
+    let level = if error.is_some() {
+        crate::log::Level::Error
+    } else {
+        crate::log::Level::Info
+    };
     log.write(level, message, line);
 }
 

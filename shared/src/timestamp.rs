@@ -1,6 +1,14 @@
 //! Timestamps as PostgreSQL will read them: a signed event carrying one it refuses would fail
 //! every retry with a 500, so providers check them before the database sees them.
 
+/// The wall clock in whole Unix seconds (0 before 1970): what a signature's tolerance and a
+/// recover function's window are measured against.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The longest timestamp accepted, in bytes: room for 38 fraction digits and an offset.
 /// PostgreSQL refuses a date-time field longer than 128 bytes (`MAXDATELEN`: "invalid input
 /// syntax", 22007), which a fraction of 130 digits is.

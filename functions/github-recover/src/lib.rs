@@ -36,7 +36,7 @@
 //! environment then makes no request until the limit resets, and the next run carries on. It
 //! needs no database and no VPC. One line per run, with the recovery metrics by `Provider`.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -44,6 +44,7 @@ use claimonce::config::{self, ConfigError};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, Quiet, secret_header};
+use claimonce::timestamp::unix_now;
 use http::{HeaderName, HeaderValue, Method};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -428,7 +429,7 @@ impl Recoverer {
                     report.refused += 1;
                     report.not_redelivered += 1;
                     self.log.write(
-                        "warn",
+                        claimonce::log::Level::Warn,
                         "GitHub refused a redelivery",
                         json!({"guid": f.guid, "delivery_id": f.latest_id, "status": answer.status.as_u16()}),
                     );
@@ -569,12 +570,6 @@ pub fn next_page(headers: &http::HeaderMap, base: &str) -> Option<String> {
         let path = url.strip_prefix(base)?;
         path.starts_with('/').then(|| path.to_owned())
     })
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The whole of the function's `main`: the App, the API and the policy from the environment

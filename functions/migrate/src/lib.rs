@@ -381,11 +381,13 @@ impl Migrator {
             Ok(outcome) => {
                 line.insert("applied".into(), json!(outcome.applied));
                 line.insert("latest".into(), outcome.latest.into());
-                self.log.write("info", "migrations", line);
+                self.log
+                    .write(claimonce::log::Level::Info, "migrations", line);
             }
             Err(e) => {
                 line.insert("error".into(), e.as_str().into());
-                self.log.write("error", "migrations failed", line);
+                self.log
+                    .write(claimonce::log::Level::Error, "migrations failed", line);
             }
         }
     }
@@ -443,7 +445,7 @@ impl Migrator {
                 let mut line = Map::new();
                 line.insert("request_type".into(), request.request_type.as_str().into());
                 self.log.write(
-                    "info",
+                    claimonce::log::Level::Info,
                     "migrations skipped: the request is for another function version (a rollback)",
                     line,
                 );

@@ -567,11 +567,11 @@ impl<D: Dispatch> Relay<D> {
             &metrics,
         );
         let level = if report.error.is_some() {
-            "error"
+            claimonce::log::Level::Error
         } else if report.failed > 0 || report.set_aside > 0 {
-            "warn"
+            claimonce::log::Level::Warn
         } else {
-            "info"
+            claimonce::log::Level::Info
         };
         self.log.write(level, "outbox relay", line);
     }

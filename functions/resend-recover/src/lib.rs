@@ -24,12 +24,13 @@
 //! makes no request until it resets. It needs no database and no VPC. One line per run, with
 //! the recovery metrics by `Provider`.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, ApiKey, Quiet};
+use claimonce::timestamp::unix_now;
 use http::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -276,7 +277,7 @@ impl Recoverer {
                     report.refused += 1;
                     report.not_replayed += 1;
                     self.log.write(
-                        "warn",
+                        claimonce::log::Level::Warn,
                         "Resend refused a replay",
                         json!({"event_id": event.id, "event_type": event.kind,
                                "status": answer.status.as_u16()}),
@@ -411,12 +412,6 @@ impl Recoverer {
             &counts,
         );
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The whole of the function's `main`: the key, the webhook, the API and the policy from the

@@ -419,9 +419,9 @@ impl Sweeper {
             &metrics,
         );
         let level = if report.error.is_some() {
-            "error"
+            claimonce::log::Level::Error
         } else {
-            "info"
+            claimonce::log::Level::Info
         };
         self.log.write(level, "retention sweep", line);
     }

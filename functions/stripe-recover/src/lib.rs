@@ -25,13 +25,14 @@
 //! `STRIPE_API_KEY` or the Secrets Manager secret `STRIPE_API_KEY_ARN` names; the API is
 //! `STRIPE_API_BASE` (default `https://api.stripe.com`).
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Database, Settings};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, ApiKey};
+use claimonce::timestamp::unix_now;
 use claimonce::{Disposition, Limits, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -466,12 +467,6 @@ fn stripe_error(body: &[u8]) -> String {
         ),
         Err(_) => "not a Stripe error".into(),
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The whole of the function's `main`: the key, the API, the window and the database from the

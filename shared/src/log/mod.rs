@@ -53,13 +53,13 @@ impl Level {
     /// `ERROR` (this code writes neither); unset or unknown is `INFO`, Lambda's default.
     pub fn from_env() -> Self {
         crate::config::optional("AWS_LAMBDA_LOG_LEVEL")
-            .map_or(Level::Info, |v| Level::from(v.trim()))
+            .map_or(Level::Info, |v| Level::named(v.trim()))
     }
-}
 
-impl From<&str> for Level {
-    /// `"debug"`, `"info"`, `"warn"`, `"error"`, in any case; anything else is `Info`.
-    fn from(name: &str) -> Self {
+    /// The level a log-level setting names: `"debug"`, `"info"`, `"warn"`, `"error"`, in any
+    /// case; anything else is `Info`. Only for reading a setting: code names its level as a
+    /// [`Level`], so a typo cannot turn an error line into an info one.
+    fn named(name: &str) -> Self {
         let is = |names: &[&str]| names.iter().any(|n| name.eq_ignore_ascii_case(n));
         if is(&["debug", "trace"]) {
             Level::Debug
@@ -233,7 +233,7 @@ impl Log {
 
     /// Writes one line with the given fields (a JSON map, or a struct that serialises as one:
     /// the hot path's typed lines) after the common ones, if `level` is enabled.
-    pub fn write(&self, level: impl Into<Level>, message: &str, fields: impl Serialize) {
+    pub fn write(&self, level: Level, message: &str, fields: impl Serialize) {
         #[derive(Serialize)]
         struct Line<'a, F> {
             timestamp: String,
@@ -246,7 +246,6 @@ impl Log {
             #[serde(flatten)]
             fields: F,
         }
-        let level = level.into();
         if !self.enabled(level) {
             return;
         }

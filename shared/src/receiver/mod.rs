@@ -1,7 +1,7 @@
 //! The one flow every provider shares: read the raw body, verify, parse, claim and apply in one
 //! transaction, answer, and log one line.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
@@ -367,7 +367,7 @@ impl<P: Provider> Receiver<P> {
                     fields.insert("provider".into(), claim.provider.into());
                     fields.insert("event_id".into(), parsed.event_id.as_str().into());
                     self.log.write(
-                        "warn",
+                        crate::log::Level::Warn,
                         "duplicate event id with a different payload; the first one was kept",
                         fields,
                     );
@@ -405,8 +405,4 @@ impl<P: Provider> crate::pipeline::Apply for Applier<'_, P> {
     }
 }
 
-pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+use crate::timestamp::unix_now;
