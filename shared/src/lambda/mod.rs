@@ -1,0 +1,235 @@
+//! The Lambda boundary: an API Gateway event (HTTP API payload 2.0 or REST API 1.0) in, the
+//! matching API Gateway response payload out; an SQS event from the spill queue in, a partial
+//! batch response out; and the runtime loop that serves them.
+//!
+//! The event is read by `event.rs` rather than by `lambda_http`'s own adapter because that
+//! adapter panics on a body flagged `isBase64Encoded` that is not base64; a request that cannot
+//! be read must be a 400 like any other bad request, not a crashed execution environment.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderMap, HeaderValue};
+use lambda_http::{Body, Response};
+use lambda_runtime::{LambdaEvent, service_fn};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
+
+mod event;
+
+pub use self::event::MAX_HEADERS;
+use self::event::{Format, Incoming, not_an_api_gateway_event, read};
+use crate::config::ConfigError;
+use crate::db::Database;
+use crate::log::Log;
+use crate::provider::Provider;
+use crate::receiver::{Limits, Receiver};
+use crate::response::Rejection;
+
+/// The API Gateway response payload for one request, in the event's format.
+#[derive(Debug)]
+pub struct Payload {
+    format: Format,
+    response: Response<Body>,
+}
+
+impl Payload {
+    /// The HTTP status of the response.
+    pub fn status(&self) -> u16 {
+        self.response.status().as_u16()
+    }
+
+    /// The response it carries.
+    pub fn response(&self) -> &Response<Body> {
+        &self.response
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Serialises `{"statusCode", "headers", ["multiValueHeaders",] "body",
+        // "isBase64Encoded"}` straight from the response: no intermediate JSON value.
+        struct Single<'a>(&'a HeaderMap);
+        struct Multi<'a>(&'a HeaderMap);
+        fn text(value: &HeaderValue) -> Cow<'_, str> {
+            String::from_utf8_lossy(value.as_bytes())
+        }
+        impl Serialize for Single<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(
+                    self.0
+                        .iter()
+                        .map(|(name, value)| (name.as_str(), text(value))),
+                )
+            }
+        }
+        impl Serialize for Multi<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_map(self.0.keys().map(|name| {
+                    (
+                        name.as_str(),
+                        self.0.get_all(name).iter().map(text).collect::<Vec<_>>(),
+                    )
+                }))
+            }
+        }
+        let headers = self.response.headers();
+        let (body, base64) = match self.response.body() {
+            Body::Text(text) => (Cow::Borrowed(text.as_str()), false),
+            Body::Binary(bytes) => (Cow::Owned(STANDARD.encode(bytes)), true),
+            _ => (Cow::Borrowed(""), false),
+        };
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("statusCode", &self.status())?;
+        map.serialize_entry("headers", &Single(headers))?;
+        if self.format == Format::V1 {
+            map.serialize_entry("multiValueHeaders", &Multi(headers))?;
+        }
+        map.serialize_entry("body", &body)?;
+        map.serialize_entry("isBase64Encoded", &base64)?;
+        map.end()
+    }
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Handles one raw API Gateway event and returns the response payload for it. An SQS
+    /// event is refused here (400), not drained: only [`Receiver::handle_invocation`] drains.
+    pub async fn handle_event(&self, event: &str) -> Payload {
+        let started = Instant::now();
+        self.respond(started, read(event)).await
+    }
+
+    /// Handles one invocation of the function: an API Gateway event is answered with its
+    /// response payload; an SQS event (the provider's spill queue) is drained and answered
+    /// with the messages to receive again.
+    pub async fn handle_invocation(&self, event: &str) -> Answer {
+        let started = Instant::now();
+        match read(event) {
+            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
+            read => Answer::Http(self.respond(started, read).await),
+        }
+    }
+
+    /// The response payload to an event as read; an SQS event here is not an API Gateway
+    /// event.
+    async fn respond(
+        &self,
+        started: Instant,
+        read: Result<Incoming, (Format, Rejection)>,
+    ) -> Payload {
+        match read {
+            Ok(Incoming::Http(format, request)) => Payload {
+                format,
+                response: self.handle(request).await,
+            },
+            Ok(Incoming::Spilled(_)) => Payload {
+                format: Format::V1,
+                response: self.refuse(started, not_an_api_gateway_event()),
+            },
+            Err((format, rejection)) => Payload {
+                format,
+                response: self.refuse(started, rejection),
+            },
+        }
+    }
+}
+
+/// The answer to one invocation.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Answer {
+    /// An API Gateway response payload.
+    Http(Payload),
+    /// A partial batch response to an SQS event.
+    Batch(crate::spill::BatchResponse),
+}
+
+/// Runs a receiver as a Lambda function: connect at cold start, then answer every
+/// invocation, one at a time, with the same connection.
+///
+/// The runtime loop ends only when the Runtime API fails. Before any invocation that is an
+/// error (a runtime that cannot reach its API must say so and exit non-zero). After one, it
+/// is the API going away between invocations: Lambda itself never does that (it freezes or
+/// ends the environment), but a local emulator does, `sam local invoke` after every single
+/// invocation. That ends the process quietly, with one info line instead of an `Error:` that
+/// reads as a failed invocation; Lambda would start a new environment either way, whatever
+/// the exit status.
+pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
+    receiver.warm_up().await;
+    let served = std::sync::atomic::AtomicU64::new(0);
+    let (receiver, counter) = (&receiver, &served);
+    let ended = lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<Box<RawValue>>| async move {
+            crate::log::begin(&event.context);
+            if counter.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                // The first invocation's time left is the function's timeout, which Lambda
+                // puts in no variable.
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                receiver.check_statement_bound(std::time::Duration::from_millis(
+                    event.context.deadline.saturating_sub(now_ms),
+                ));
+            }
+            let payload = receiver.handle_invocation(event.payload.get()).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, lambda_runtime::Error>(payload)
+        },
+    ))
+    .await;
+    let served = served.into_inner();
+    match ended {
+        Err(error) if served > 0 => {
+            // The error is the HTTP client's (no request data in it). The receiver's own log
+            // is stdout too, which is where a function's lines go.
+            crate::log::Log::stdout().write(
+                crate::log::Level::Info,
+                "the Lambda Runtime API went away; exiting",
+                serde_json::json!({"invocations": served, "cause": error.to_string()}),
+            );
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The whole of a provider function's `main`, given its crate's manifest
+/// (`include_str!("../Cargo.toml")`): read the signing secrets from the variable its registry
+/// entry names (`secret_var`, or the Secrets Manager secret `<secret_var>_ARN` names:
+/// [`crate::secrets`]), build the provider from them with `build` (its `name()` must be the
+/// entry's `provider`) and the receiver from the environment, connect, and serve. A
+/// configuration error is logged as one line (naming the variable, never its value) and ends
+/// the process before it takes any request.
+pub async fn run_from_env<P: Provider>(
+    manifest: &'static str,
+    build: fn(&str) -> Result<P, ConfigError>,
+) -> Result<(), lambda_http::Error> {
+    let log = Log::process();
+    let built = async {
+        let entry = crate::registry::Entry::from_manifest(manifest)?;
+        let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;
+        let interval = crate::secrets::refresh_interval()?;
+        let provider = build(&secrets.read().await?)?;
+        if provider.name() != entry.provider {
+            return Err(ConfigError::new(format!(
+                "the provider is named {:?}, its registry entry {:?}: they are one name (the \
+                 ledger namespace, the route, the role)",
+                provider.name(),
+                entry.provider
+            )));
+        }
+        let spill = crate::spill::Spill::from_env()?;
+        let limits = Limits::from_env()?;
+        let settings = crate::db::Settings::from_env().await?;
+        Ok::<_, ConfigError>(
+            Receiver::new(provider, Database::new(settings), limits, log.clone())
+                .with_secret_refresh(secrets, build, interval)
+                .with_spill(spill),
+        )
+    }
+    .await;
+    serve(log.config(built)?).await
+}
