@@ -44,8 +44,8 @@
 //!         "example" // the ledger namespace, the route /webhooks/example, the role claimonce_example
 //!     }
 //!
-//!     fn verifier(&self) -> &dyn Verify {
-//!         &self.verifier
+//!     fn verifier(&self) -> Option<&dyn Verify> {
+//!         Some(&self.verifier)
 //!     }
 //!
 //!     fn parse(&self, signed: &Signed<'_>, _: &Unsigned<'_>) -> Result<Parsed<Credit>, Rejection> {
@@ -90,14 +90,14 @@
 //!     let name = http::HeaderName::from_bytes(name.as_bytes()).expect("a header name");
 //!     headers.insert(name, value.parse().expect("a header value"));
 //! }
-//! let verified = example.verifier().verify(&headers, body, 0).expect("signed with the secret");
+//! let verified = example.verifier.verify(&headers, body, 0).expect("signed with the secret");
 //! let sha256: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(body).into();
 //! let signed = Signed::new(body, &sha256, &verified);
 //! let parsed = example.parse(&signed, &Unsigned::new(&headers)).expect("a credit");
 //! assert_eq!(parsed.event_id.as_str(), "evt_1");
 //! assert!(example.effect(&parsed).is_some_and(|e| e.is_rust()));
 //! let other = Example::from_secret("another").expect("a secret");
-//! assert!(other.verifier().verify(&headers, body, 0).is_err(), "another secret's signature");
+//! assert!(other.verifier.verify(&headers, body, 0).is_err(), "another secret's signature");
 //! # let _ = main_of_the_binary;
 //! ```
 //!

@@ -142,8 +142,10 @@ pub trait Provider: Send + Sync + 'static {
     /// The ledger namespace (`processed_events.provider`).
     fn name(&self) -> &'static str;
 
-    /// The configured signature verifier.
-    fn verifier(&self) -> &dyn Verify;
+    /// The configured signature verifier; `None` for a provider that takes no webhooks (one
+    /// built to read events from its sender's own API, a recover function's), whose receiver
+    /// then refuses every delivery (400 `signature-mismatch`) and drains nothing.
+    fn verifier(&self) -> Option<&dyn Verify>;
 
     /// Reads a verified request: the signed body, and the headers nobody signed.
     fn parse(

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{
-    Answer, assert_generic_500, content_type, json_body, outcome, post_to, send_event, v1_event,
-    v2_event,
+    Answer, assert_generic_500, content_type, json_body, outcome, post_stripe, post_to, send_event,
+    v1_event, v2_event,
 };
 use claimonce_tests::db::all_at_once;
 use claimonce_tests::sign::{
@@ -601,4 +601,24 @@ async fn the_replay_procedure_of_operations_md_applies_the_event_again() {
     );
     assert_eq!(balance(&db, "cus_replayed").await, Some(1000));
     assert_eq!(ledger_rows(&db).await, 1);
+}
+
+/// A provider that takes no webhooks (its `verifier()` is `None`: stripe-recover's) refuses a
+/// delivery signed with the real secret, before the database: 400 `signature-mismatch`,
+/// nothing written; the same provider with its verifier processes it.
+#[tokio::test]
+async fn a_provider_without_a_verifier_takes_no_webhooks() {
+    let db = TestDb::new().await;
+    let body = invoice_paid("evt_no_webhooks", "cus_no_webhooks", 100);
+    let (recover_only, _) = db.receiver(Stripe::without_webhooks());
+    assert_eq!(
+        outcome(&post_stripe(&recover_only, &body).await),
+        (400, "signature-mismatch".into())
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    let (receiver, _) = db.receiver(stripe());
+    assert_eq!(
+        outcome(&post_stripe(&receiver, &body).await),
+        (200, "processed".into())
+    );
 }

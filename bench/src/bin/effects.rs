@@ -57,7 +57,7 @@ impl Provider for Orders {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn verifier(&self) -> &dyn Verify {
+    fn verifier(&self) -> Option<&dyn Verify> {
         self.0.verifier()
     }
     fn parse(&self, s: &Signed<'_>, u: &Unsigned<'_>) -> Result<Parsed<ShopifyEvent>, Rejection> {

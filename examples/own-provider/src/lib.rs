@@ -151,8 +151,8 @@ impl Provider for Acme {
         PROVIDER
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        &self.verifier
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(&self.verifier)
     }
 
     fn parse(

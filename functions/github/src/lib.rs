@@ -353,8 +353,8 @@ impl Provider for GitHub {
         PROVIDER
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        &self.verifier
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(&self.verifier)
     }
 
     fn parse(

@@ -210,8 +210,8 @@ impl Provider for Resend {
         PROVIDER
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        &self.verifier
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(&self.verifier)
     }
 
     fn parse(

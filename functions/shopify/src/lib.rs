@@ -319,8 +319,8 @@ impl Provider for Shopify {
         PROVIDER
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        &self.verifier
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(&self.verifier)
     }
 
     fn parse(

@@ -188,8 +188,8 @@ impl Provider for Sends {
         "shopify"
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        shopify_verifier()
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(shopify_verifier())
     }
 
     fn parse(
@@ -557,8 +557,8 @@ impl Provider for Overruns {
         "shopify"
     }
 
-    fn verifier(&self) -> &dyn Verify {
-        shopify_verifier()
+    fn verifier(&self) -> Option<&dyn Verify> {
+        Some(shopify_verifier())
     }
 
     fn parse(
@@ -767,7 +767,7 @@ impl Provider for Shared {
         self.0.name()
     }
 
-    fn verifier(&self) -> &dyn Verify {
+    fn verifier(&self) -> Option<&dyn Verify> {
         self.0.verifier()
     }
 

@@ -240,7 +240,7 @@ impl<P: Provider> Receiver<P> {
             ));
         }
         let provider = self.provider();
-        let verifier = provider.verifier();
+        let verifier = provider.verifier().ok_or_else(takes_no_webhooks)?;
         let verified = verifier.verify(request.headers(), body, now)?;
         let payload_sha256: [u8; 32] = Sha256::digest(body).into();
         // The headers the scheme and the parser read are kept only for a spill queue's
@@ -406,3 +406,12 @@ impl<P: Provider> crate::pipeline::Apply for Applier<'_, P> {
 }
 
 use crate::timestamp::unix_now;
+
+/// The answer to a delivery for a provider that takes no webhooks ([`Provider::verifier`] is
+/// `None`): nothing it could send would verify.
+pub(crate) fn takes_no_webhooks() -> Rejection {
+    Rejection::new(
+        Problem::SignatureMismatch,
+        "this function reads its sender's API and takes no webhooks",
+    )
+}

@@ -68,28 +68,6 @@ pub trait Verify: Send + Sync {
     }
 }
 
-/// The verifier of a provider built to read events from its sender's own API (a recover
-/// function), which takes no webhooks: every signature is refused.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoWebhooks;
-
-impl Verify for NoWebhooks {
-    fn authenticate(&self, _: &HeaderMap, _: &[u8]) -> Result<Verified, Rejection> {
-        Err(Rejection::new(
-            Problem::SignatureMismatch,
-            "this function reads its sender's API and takes no webhooks",
-        ))
-    }
-
-    fn tolerance(&self) -> u64 {
-        0
-    }
-
-    fn signature_headers(&self) -> &[&'static str] {
-        &[]
-    }
-}
-
 /// A scheme that signs deliveries as their sender would, with its first configured secret: how
 /// the local run, the test harness and the fuzzers sign what they send, through the same type
 /// that verifies it, so a scheme added outside this crate signs its own test deliveries too.
