@@ -6,13 +6,8 @@
 //! provider, with its effect in Rust on the claim's transaction:
 //!
 //! ```
-//! use claimonce::config::ConfigError;
+//! use claimonce::prelude::*;
 //! use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-//! use claimonce::verify::{Sign, Verify, split_secrets};
-//! use claimonce::{
-//!     Effect, EffectError, EventId, Parsed, Problem, Provider, Rejection, Signed, Tx, Type,
-//!     Unsigned,
-//! };
 //!
 //! /// A sender that signs `X-Example-Signature: sha256=<hex>` over the raw body, and puts the
 //! /// event's id (the ledger key) and type in the body it signs.
@@ -147,6 +142,18 @@ pub mod sender_api;
 pub mod spill;
 pub mod timestamp;
 pub mod verify;
+
+/// What a provider crate uses, in one import: `use claimonce::prelude::*;`.
+pub mod prelude {
+    pub use crate::config::ConfigError;
+    pub use crate::effect::{Effect, EffectError, Param, Tx};
+    pub use crate::forward::Forwardable;
+    pub use crate::ids::EventId;
+    pub use crate::provider::{Parsed, Provider, Signed, Unsigned};
+    pub use crate::response::{Problem, Rejection};
+    pub use crate::verify::{Sign, Verify, split_secrets};
+    pub use tokio_postgres::types::Type;
+}
 
 pub use effect::{Effect, EffectError, Param, Tx};
 pub use forward::Forwardable;

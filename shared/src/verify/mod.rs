@@ -18,8 +18,11 @@ use crate::response::{Problem, Rejection};
 /// At most this many signature candidates are compared per key (a rotation needs two).
 pub const MAX_SIGNATURES: usize = 8;
 
-/// What a successful verification learned from the signed headers.
+/// What a successful verification learned from the signed headers. It grows with the schemes
+/// (`signed_at` came with the drain's check), so outside this crate it is built with
+/// `Verified::default()` and its fields set.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Verified {
     /// The sender's message id when the scheme signs one (Standard Webhooks' `webhook-id`).
     pub message_id: Option<EventId>,
