@@ -114,6 +114,13 @@ pub fn unix_from_resend(at: &str) -> Option<i64> {
     claimonce::timestamp::unix_from_rfc3339(&text)
 }
 
+/// True for an id that can go into a request path as it is: letters, digits, `-` and `_`
+/// (Resend's webhook and event ids), nothing to escape.
+fn path_safe(id: &str) -> bool {
+    id.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// What one run saw and did: the invocation's answer and its line, but for the error.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -174,11 +181,7 @@ impl Recoverer {
         policy: Policy,
         log: Log,
     ) -> Result<Self, ConfigError> {
-        if webhook_id.is_empty()
-            || !webhook_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        if webhook_id.is_empty() || !path_safe(&webhook_id) {
             return Err(ConfigError::new(
                 "RESEND_WEBHOOK_ID is a webhook's id: letters, digits, - and _".into(),
             ));
@@ -257,11 +260,7 @@ impl Recoverer {
                 continue;
             }
             // Ids go into the path: only what an id is made of.
-            if !event
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
+            if !path_safe(&event.id) {
                 report.refused += 1;
                 report.not_replayed += 1;
                 continue;
@@ -364,10 +363,7 @@ impl Recoverer {
             }
             match last {
                 Some(last) if page.has_more && !reached => {
-                    if !last
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                    {
+                    if !path_safe(&last) {
                         report.error =
                             Some("listing events: an event id that is not Resend's".into());
                         return None;

@@ -541,12 +541,14 @@ async fn a_storm_of_duplicates_and_failures_applies_every_order_event_exactly_on
 /// blocking call), whose next statement the handle then refuses. The wait does not yield, so
 /// nothing else on the receiver's runtime (its deadline timer included) runs before the effect
 /// has come back: the claim is won and open when the deadline passes.
-struct Overruns(std::sync::Mutex<std::collections::BTreeSet<i64>>);
+/// Clones share the set, so several environments overrun each order once between them.
+#[derive(Clone)]
+struct Overruns(Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>);
 
 impl Overruns {
     /// The first delivery of each of these orders overruns.
     fn orders(ids: impl IntoIterator<Item = i64>) -> Self {
-        Self(std::sync::Mutex::new(ids.into_iter().collect()))
+        Self(Arc::new(std::sync::Mutex::new(ids.into_iter().collect())))
     }
 }
 
@@ -666,7 +668,7 @@ async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_ever
     // One order in ten overruns its first delivery; each is delivered one to three times, in a
     // mixed order, across four environments that each reuse their connection.
     let overrun: Vec<i64> = (0..events).filter(|i| i % 10 == 3).collect();
-    let overruns = Arc::new(Overruns::orders(overrun.iter().copied()));
+    let overruns = Overruns::orders(overrun.iter().copied());
     let mut queue: Vec<i64> = (0..events)
         .flat_map(|i| (0..=i % 3).map(move |_| i))
         .collect();
@@ -680,7 +682,7 @@ async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_ever
                 claimonce::db::Timeouts::new(Duration::from_secs(2), Duration::from_millis(400)),
             )
             .expect("settings");
-            receiver_with(settings, Shared(Arc::clone(&overruns))).0
+            receiver_with(settings, overruns.clone()).0
         })
         .collect();
     let admin = Arc::new(db.client().await);
@@ -755,35 +757,4 @@ async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_ever
         "no ledger row without its effect"
     );
     assert_eq!(idle_in_transaction(&db).await, 0);
-}
-
-/// One [`Overruns`] shared by several environments.
-struct Shared(Arc<Overruns>);
-
-impl Provider for Shared {
-    type Event = ShopifyEvent;
-
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    fn verifier(&self) -> Option<&dyn Verify> {
-        self.0.verifier()
-    }
-
-    fn parse(
-        &self,
-        signed: &Signed<'_>,
-        unsigned: &Unsigned<'_>,
-    ) -> Result<Parsed<ShopifyEvent>, Rejection> {
-        self.0.parse(signed, unsigned)
-    }
-
-    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
-        self.0.effect(event)
-    }
-
-    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
-        self.0.apply(event, tx).await
-    }
 }

@@ -336,10 +336,10 @@ impl Recoverer {
             let claimed = match self.receiver.claimed(&ids).await {
                 Ok(claimed) => claimed,
                 Err(e) => {
-                    report.error = Some(format!(
-                        "the database is unavailable ({})",
-                        e.unavailable().unwrap_or("error")
-                    ));
+                    report.error = Some(match e.unavailable() {
+                        Some(reason) => format!("the database is unavailable ({reason})"),
+                        None => format!("looking up the listed events: {}", e.summary()),
+                    });
                     return kept;
                 }
             };

@@ -123,12 +123,9 @@ impl<P: Provider> Receiver<P> {
                 restored.provider, self.name
             )));
         }
-        let reparsed = match self.reparse(&restored.body, &restored.headers) {
-            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
-                self.reparse(&restored.body, &restored.headers)
-            }
-            other => other,
-        };
+        let reparsed = self
+            .with_fresh_secrets(|| self.reparse(&restored.body, &restored.headers))
+            .await;
         let (parsed, sha) = reparsed.map_err(|r| match r.problem {
             Problem::InvalidPayload | Problem::UnreadableBody => unreadable(format!(
                 "the spilled delivery no longer parses: {}",

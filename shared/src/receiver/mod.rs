@@ -266,15 +266,11 @@ impl<P: Provider> Receiver<P> {
     }
 
     async fn deliver(&self, request: &Request) -> Delivery {
-        let admitted = match self.admit(request, unix_now()) {
+        let admitted = match self
+            .with_fresh_secrets(|| self.admit(request, unix_now()))
+            .await
+        {
             Ok(admitted) => admitted,
-            // A rotation may have begun: read the secrets again (rate-limited) and look once more.
-            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
-                match self.admit(request, unix_now()) {
-                    Ok(admitted) => admitted,
-                    Err(r) => return Delivery::rejected(r),
-                }
-            }
             Err(r) => return Delivery::rejected(r),
         };
         let (disposition, error) = match self

@@ -40,9 +40,24 @@ impl<P: Provider> Receiver<P> {
         self
     }
 
+    /// Runs `check` (a signature check, with what follows it), and once more when its answer
+    /// is a signature that matched none of the secrets and reading them again rebuilt the
+    /// provider: a rotation may have begun. The webhook path and the drain both check this way.
+    pub(super) async fn with_fresh_secrets<T>(
+        &self,
+        check: impl Fn() -> Result<T, Rejection>,
+    ) -> Result<T, Rejection> {
+        match check() {
+            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+                check()
+            }
+            other => other,
+        }
+    }
+
     /// Reads the secrets again if the interval allows; true when the provider was rebuilt
     /// with what was read. Logs the outcome (never a value).
-    pub(super) async fn refresh_secrets(&self) -> bool {
+    async fn refresh_secrets(&self) -> bool {
         let Some(refresh) = &self.refresh else {
             return false;
         };
