@@ -13,7 +13,8 @@ use claimonce::verify::timestamp_v1::TimestampV1;
 use serde::Deserialize;
 
 /// How a provider signs its deliveries: one of the shared crate's schemes, with what the
-/// provider's registry entry configures.
+/// provider's registry entry configures, or a scheme of the provider crate's own, which signs
+/// through the crate's signer binary (`claimonce::verify::signer_command`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
     /// `t=…,v1=<hex>` in the named header (`timestamp-v1`).
@@ -30,11 +31,17 @@ pub enum Scheme {
         /// How the tag is written.
         encoding: Encoding,
     },
+    /// `own`: the crate's own scheme; `signer` is the crate's binary that signs with it.
+    Own {
+        /// The signer binary's name.
+        signer: &'static str,
+    },
 }
 
 impl Scheme {
     /// The scheme's signer with `secret`: the shared crate's own type, which the provider
-    /// verifies with.
+    /// verifies with. A scheme of the crate's own signs through its binary instead
+    /// ([`crate::sign::resign`]).
     pub fn signer(&self, secret: &str) -> Result<Box<dyn Sign + Send + Sync>, String> {
         let no_secret = || "the scheme needs a secret".to_owned();
         Ok(match *self {
@@ -50,6 +57,11 @@ impl Scheme {
                 encoding,
             } => {
                 Box::new(BodyHmac::new(header, prefix, encoding, &[secret]).ok_or_else(no_secret)?)
+            }
+            Scheme::Own { signer } => {
+                return Err(format!(
+                    "the scheme is the crate's own: its binary {signer} signs with it"
+                ));
             }
         })
     }
@@ -106,6 +118,8 @@ struct Entry {
     signature_prefix: Option<String>,
     /// `body-hmac-sha256`: `hex` or `base64`.
     signature_encoding: Option<String>,
+    /// `own`: the crate's binary that signs with its scheme.
+    signer: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -174,7 +188,7 @@ fn read_registry() -> Result<Vec<Function>, String> {
             continue;
         };
         // The provider's binary: the one named as its package, or its only one (a crate kept
-        // in another repository may carry its migrate function beside it).
+        // in another repository may carry its migrate function and its signer beside it).
         let bins: Vec<String> = package
             .targets
             .into_iter()
@@ -224,6 +238,21 @@ fn read_registry() -> Result<Vec<Function>, String> {
                     }
                 },
             },
+            "own" => {
+                let signer = entry
+                    .signer
+                    .clone()
+                    .filter(|s| bins.contains(s))
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: scheme \"own\" needs signer, the name of one of its binaries",
+                            package.name
+                        )
+                    })?;
+                Scheme::Own {
+                    signer: keep(signer),
+                }
+            }
             other => return Err(format!("{}: unknown scheme {other:?}", package.name)),
         };
         functions.push(Function {
@@ -368,7 +397,17 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     if !command.status()?.success() {
         return Err(io::Error::other(format!("cargo build ({which:?}) failed")));
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    Ok(target.join("debug"))
+    Ok(binaries_dir(which))
+}
+
+/// Where [`build`] leaves `which` binaries: `CARGO_TARGET_DIR`, else the project's (or this
+/// workspace's) `target`, debug profile.
+pub fn binaries_dir(which: Binaries) -> PathBuf {
+    let root = match which {
+        Binaries::Providers => project_root(),
+        Binaries::Workspace => workspace_root(),
+    };
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("debug")
 }

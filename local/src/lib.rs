@@ -2,7 +2,8 @@
 //! project's migrations compiled in, a Lambda Runtime API emulator that runs the real function
 //! binaries, an API Gateway (HTTP API) front for them, the tool that signs sample events, and
 //! moto's SQS with the drain Lambda's event source mapping would run, for the spill queues.
-//! The test harness and the `claimonce-local` command share all of it.
+//! The test harness and the `claimonce-local` command share all of it, and a provider crate's
+//! own tests, in this repository or out of it, take their databases from [`scratch`].
 
 pub mod functions;
 pub mod gateway;
@@ -14,5 +15,6 @@ pub mod pgbouncer;
 pub mod postgres;
 pub mod readable;
 pub mod runtime_api;
+pub mod scratch;
 pub mod sign;
 pub mod spill;

@@ -5,7 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use crate::functions::{self, Function};
+use crate::functions::{self, Binaries, Function, Scheme};
 
 /// The route of an HTTP API (`rawPath`) or REST API (`path`) event.
 pub fn event_path(event: &Value) -> Option<&str> {
@@ -80,8 +80,11 @@ pub fn resign(event: &mut Value, now: u64) -> Result<&'static Function, String> 
         (None, Some(id)) => (true, id.to_owned()),
         (None, None) => (true, format!("msg_local_{now}")),
     };
-    let signer = function.scheme.signer(function.dev_secret)?;
-    for (name, value) in signer.sign(&body, now, &id) {
+    let headers = match function.scheme {
+        Scheme::Own { signer } => sign_with_binary(signer, function.dev_secret, &body, now, &id)?,
+        scheme => scheme.signer(function.dev_secret)?.sign(&body, now, &id),
+    };
+    for (name, value) in headers {
         let name = match name.strip_prefix("webhook-") {
             Some(rest) if svix => format!("svix-{rest}"),
             _ => name,
@@ -89,4 +92,51 @@ pub fn resign(event: &mut Value, now: u64) -> Result<&'static Function, String> 
         set_header(event, &name, &value);
     }
     Ok(function)
+}
+
+/// Signs through a provider crate's own signer binary, built beside its receiver
+/// (`claimonce::verify::signer_command` holds both sides of the exchange).
+fn sign_with_binary(
+    signer: &str,
+    secret: &str,
+    body: &[u8],
+    now: u64,
+    id: &str,
+) -> Result<Vec<(String, String)>, String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    // The binaries the local run was given (CLAIMONCE_LOCAL_BINARIES), else where it builds them.
+    let program = claimonce::config::optional("CLAIMONCE_LOCAL_BINARIES")
+        .map_or_else(|| functions::binaries_dir(Binaries::Providers), Into::into)
+        .join(signer);
+    if !program.is_file() {
+        return Err(format!(
+            "{} is not built: `claimonce-local run` builds it, or `cargo build --bins` in the project",
+            program.display()
+        ));
+    }
+    let mut child = Command::new(&program)
+        .args([now.to_string(), id.to_owned()])
+        .env(claimonce::verify::signer_command::SECRET_VAR, secret)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    let written = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(body))
+        .unwrap_or(Ok(()));
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    if !output.status.success() || written.is_err() {
+        return Err(format!(
+            "{signer} did not sign: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    claimonce::verify::signer_command::read_headers(&String::from_utf8_lossy(&output.stdout))
+        .map_err(|e| format!("{signer}: {e}"))
 }

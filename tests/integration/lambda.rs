@@ -406,15 +406,16 @@ async fn the_local_run_says_what_to_do_when_its_server_cannot_reach_its_folder()
     let _ = std::fs::remove_dir_all(&closed);
 }
 
-/// A provider crate kept in another project (`examples/own-provider/`, its own workspace) runs
-/// under the local run as this repository's do: `CLAIMONCE_PROJECT` names the project, whose
-/// registry, binaries (built by the run) and migrations (after the shared ones) are used, and
-/// its sample, sent twice, is processed and then a duplicate.
+/// A provider crate kept in another project (`examples/paddle/`, its own workspace, with a
+/// signature scheme of its own) runs under the local run as this repository's do:
+/// `CLAIMONCE_PROJECT` names the project, whose registry, binaries (built by the run) and
+/// migrations (after the shared ones) are used, and its sample, signed by `send` through the
+/// crate's own signer binary and sent twice, is processed and then a duplicate.
 #[tokio::test]
 async fn the_local_run_serves_a_provider_crate_of_another_project() {
     use tokio::io::AsyncBufReadExt as _;
-    let project = workspace_root().join("examples/own-provider");
-    let dir = std::env::temp_dir().join(format!("claimonce-own-provider-{}", std::process::id()));
+    let project = workspace_root().join("examples/paddle");
+    let dir = std::env::temp_dir().join(format!("claimonce-paddle-{}", std::process::id()));
     let local = binaries().await.join("claimonce-local");
     // Its build goes to this workspace's target directory, reusing what the suite built.
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -453,13 +454,16 @@ async fn the_local_run_serves_a_provider_crate_of_another_project() {
         }
         rest
     });
-    let sample = project.join("events/acme/credit.granted.json");
+    let sample = project.join("events/paddle/transaction.completed.json");
     let send = || async {
         let output = tokio::process::Command::new(&local)
             .arg("send")
             .arg(&sample)
             .args(["--url", &base])
             .env("CLAIMONCE_PROJECT", &project)
+            // Where the run built the project's binaries, its signer among them.
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("CLAIMONCE_LOCAL_BINARIES")
             .output()
             .await
             .expect("send");
@@ -484,11 +488,11 @@ async fn the_local_run_serves_a_provider_crate_of_another_project() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(startup.contains(", 10000]"), "{startup}");
-    assert!(startup.contains("/webhooks/acme"), "{startup}");
+    assert!(startup.contains("/webhooks/paddle"), "{startup}");
     assert!(!startup.contains("/webhooks/stripe"), "{startup}");
     assert!(
         rest.iter()
-            .any(|l| l.contains(r#""event_id":"evt_acme_0001""#)),
+            .any(|l| l.contains(r#""event_id":"evt_01jdx4qh1w6y2c5e9k3m7p8r0s""#)),
         "{rest:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

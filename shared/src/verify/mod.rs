@@ -4,11 +4,13 @@
 pub mod body_hmac;
 #[cfg(test)]
 mod proptests;
+pub mod signer_command;
 pub mod standard_webhooks;
 pub mod timestamp_v1;
 
 use hmac::{Hmac, KeyInit, Mac};
-use http::HeaderMap;
+/// The headers a scheme reads, as [`Verify`] and [`signature_header`] take them.
+pub use http::HeaderMap;
 use sha2::Sha256;
 
 pub use crate::headers::{HeaderFault, MAX_HEADER_LEN, one_header};
@@ -73,7 +75,9 @@ pub trait Verify: Send + Sync {
 
 /// A scheme that signs deliveries as their sender would, with its first configured secret: how
 /// the local run, the test harness and the fuzzers sign what they send, through the same type
-/// that verifies it, so a scheme added outside this crate signs its own test deliveries too.
+/// that verifies it. A scheme written in a provider crate of its own implements it too: its
+/// tests sign through it, and the local run signs its samples through it by running the
+/// crate's signer binary ([`signer_command`]).
 pub trait Sign {
     /// The headers (lower-case names, values) that sign `body` at `now` (unix seconds). `id`
     /// is the message id, for a scheme that signs one (Standard Webhooks); the others ignore
@@ -176,8 +180,9 @@ pub fn signature_header<'a>(
     })
 }
 
-/// Decodes exactly 64 lower-case hex digits.
-pub(crate) fn decode_lower_hex(s: &str) -> Option<[u8; 32]> {
+/// Decodes exactly 64 lower-case hex digits (an HMAC-SHA256 tag as most schemes write it);
+/// `None` for anything else, which a scheme treats as a candidate that cannot match.
+pub fn decode_lower_hex(s: &str) -> Option<[u8; 32]> {
     fn nibble(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),

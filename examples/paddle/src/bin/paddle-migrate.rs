@@ -1,11 +1,11 @@
 //! This deployment's migrate function (a custom resource on every deploy, or a one-shot
-//! invoke): claimonce's shared migrations, then Acme's, in one version sequence.
+//! invoke): claimonce's shared migrations, then Paddle's, in one version sequence.
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
     claimonce_migrate::run_from_env_with(
         claimonce_migrations::SHARED,
-        &[(acme_webhook::PROVIDER, acme_webhook::MIGRATIONS)],
+        &[(paddle_webhook::PROVIDER, paddle_webhook::MIGRATIONS)],
     )
     .await
 }

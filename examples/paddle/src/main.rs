@@ -1,4 +1,4 @@
-//! The `acme-webhook` Lambda function: configuration from the environment, then claimonce's
+//! The `paddle-webhook` Lambda function: configuration from the environment, then claimonce's
 //! receiver loop.
 
 #[tokio::main(flavor = "current_thread")]
@@ -6,7 +6,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     // The secret variable and the provider's name come from the registry entry in Cargo.toml.
     claimonce::run_from_env(
         include_str!("../Cargo.toml"),
-        acme_webhook::Acme::from_secret,
+        paddle_webhook::Paddle::from_secret,
     )
     .await
 }
