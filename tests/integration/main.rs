@@ -15,6 +15,7 @@ mod recover;
 mod resend;
 mod retention;
 mod round_trips;
+mod runbook;
 mod sam;
 mod spill;
 mod stripe;

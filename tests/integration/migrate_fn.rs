@@ -32,9 +32,18 @@ async fn empty_database(db: &TestDb) -> String {
     with_database(db.function_url(), &name)
 }
 
+/// A migrator that answers custom-resource requests at a loopback stand-in for CloudFormation's
+/// S3 URL (`MIGRATE_LOOPBACK_RESPONSE_URL=1`, which the template never sets).
 fn migrator(url: &str, migrations: &'static [Migration]) -> Migrator {
     let settings = Settings::from_url(url, None, test_timeouts()).expect("settings");
-    Migrator::new(Ok(settings), migrations, Log::capture().0)
+    Migrator::new(Ok(settings), migrations, Log::capture().0).with_options(Ok(loopback()))
+}
+
+fn loopback() -> claimonce_migrate::Options {
+    claimonce_migrate::Options {
+        loopback_response_url: true,
+        ..claimonce_migrate::Options::default()
+    }
 }
 
 /// The migrations plus `extra`, as the migrate binary would carry them.
@@ -184,7 +193,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
     let cfn = Recorder::ok().await;
     let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
     let (log, lines) = Log::capture();
-    let migrate = Migrator::new(Ok(settings), with_poison, log);
+    let migrate = Migrator::new(Ok(settings), with_poison, log).with_options(Ok(loopback()));
 
     migrate
         .handle(&request("Create", &cfn.url))
@@ -250,7 +259,8 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
         )),
         claimonce_migrations::ALL,
         Log::capture().0,
-    );
+    )
+    .with_options(Ok(loopback()));
     unconfigured
         .handle(&request("Create", &cfn.url))
         .await
@@ -277,10 +287,41 @@ async fn an_unreachable_response_url_fails_the_invocation_so_lambda_retries_it()
     assert_eq!(refused.requests().len(), 3, "retried");
 }
 
+/// A request whose answer would go anywhere but CloudFormation's https S3 URL is refused with
+/// nothing done: a forged request (anyone allowed to invoke the function) cannot make it PUT to
+/// a host of its choosing. Without the test setting, the loopback stand-in is such a host.
+#[tokio::test]
+async fn a_request_naming_another_response_host_is_refused_with_nothing_done() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
+    let (log, lines) = Log::capture();
+    let strict = Migrator::new(Ok(settings), claimonce_migrations::ALL, log)
+        .with_options(Ok(claimonce_migrate::Options::default()));
+    let elsewhere = Recorder::ok().await;
+    let error = strict
+        .handle(&request("Create", &elsewhere.url))
+        .await
+        .expect_err("refused");
+    assert!(error.contains("refused"), "{error}");
+    assert!(elsewhere.requests().is_empty(), "nothing was sent");
+    let said = lines.lock().expect("log").join("\n");
+    assert!(said.contains("custom-resource request refused"), "{said}");
+    assert_eq!(
+        fresh(&db)
+            .count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .await,
+        0,
+        "no migration ran"
+    );
+}
+
 /// The real migrate binary under a Runtime API with `env`; it runs until the child is dropped.
 async fn migrate_binary(env: &[(&str, &str)]) -> (RuntimeApi, tokio::process::Child) {
     let api = RuntimeApi::start("migrate").await.expect("api");
-    let mut command = api.command(&binaries().await.join("migrate"), env);
+    let mut env = env.to_vec();
+    env.push(("MIGRATE_LOOPBACK_RESPONSE_URL", "1"));
+    let mut command = api.command(&binaries().await.join("migrate"), &env);
     command.stdout(std::process::Stdio::null());
     let instance = command.spawn().expect("spawn migrate");
     (api, instance)
@@ -431,8 +472,9 @@ async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds
     });
     let with_poison: &'static [Migration] = Box::leak(with_poison.into_boxed_slice());
     let settings = Settings::from_url(&url, None, test_timeouts()).expect("settings");
-    let migrate =
-        Migrator::new(Ok(settings), with_poison, Log::capture().0).with_version(Some("8".into()));
+    let migrate = Migrator::new(Ok(settings), with_poison, Log::capture().0)
+        .with_options(Ok(loopback()))
+        .with_version(Some("8".into()));
     let cfn = Recorder::ok().await;
     let version = |v: &str| {
         format!("arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction:{v}")
@@ -468,7 +510,7 @@ fn options(users: &[&str]) -> claimonce_migrate::Options {
             .iter()
             .map(|u| claimonce_migrate::HandlerUser::parse(u).expect("role name"))
             .collect(),
-        ..claimonce_migrate::Options::default()
+        ..loopback()
     }
 }
 
@@ -706,7 +748,7 @@ async fn a_migration_that_waits_on_a_lock_is_stopped_and_answered_failed() {
         name: "needs_the_ledger",
         sql: "ALTER TABLE processed_events ADD COLUMN note text",
     });
-    let mut bounded = claimonce_migrate::Options::default();
+    let mut bounded = loopback();
     bounded.bounds.lock = Duration::from_millis(300);
     let migrate = migrator_with(&url, more, bounded);
     let cfn = Recorder::ok().await;
@@ -739,7 +781,7 @@ async fn a_migration_that_runs_too_long_is_stopped_and_answered_failed() {
         name: "slow",
         sql: "CREATE TABLE slow (n int); SELECT pg_sleep(30)",
     });
-    let mut bounded = claimonce_migrate::Options::default();
+    let mut bounded = loopback();
     bounded.bounds.statement = Duration::from_millis(300);
     let started = std::time::Instant::now();
     let body = answer(

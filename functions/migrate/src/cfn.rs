@@ -98,6 +98,39 @@ impl std::fmt::Display for PutFailed {
 
 impl std::error::Error for PutFailed {}
 
+/// Whether a custom-resource answer may go to `url`: CloudFormation's pre-signed S3 URL, over
+/// `https`, to an S3 host of AWS (`<bucket>.s3.amazonaws.com`, `….s3.<region>.amazonaws.com`,
+/// `….s3-<region>.amazonaws.com`, and the `.amazonaws.com.cn` partition). With `loopback`
+/// (tests), `http` or `https` to 127.0.0.1, `[::1]` or `localhost` too. Anything else is what
+/// a forged request would name, and is refused with the reason.
+pub fn response_url_allowed(url: &str, loopback: bool) -> Result<(), &'static str> {
+    let uri: http::Uri = url.parse().map_err(|_| "the ResponseURL is not a URL")?;
+    let host = uri.host().ok_or("the ResponseURL has no host")?;
+    let scheme = uri.scheme_str().unwrap_or("");
+    if loopback && matches!(host, "127.0.0.1" | "[::1]" | "localhost") {
+        return if matches!(scheme, "http" | "https") {
+            Ok(())
+        } else {
+            Err("the ResponseURL is not http or https")
+        };
+    }
+    if scheme != "https" {
+        return Err("the ResponseURL is not https");
+    }
+    let host = host.to_ascii_lowercase();
+    let aws = host
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| host.strip_suffix(".amazonaws.com.cn"))
+        .ok_or("the ResponseURL's host is not an AWS host")?;
+    let s3 = aws
+        .split('.')
+        .any(|label| label == "s3" || label.starts_with("s3-"));
+    if !s3 || uri.port().is_some() {
+        return Err("the ResponseURL's host is not S3");
+    }
+    Ok(())
+}
+
 /// How long one PUT may take.
 pub const PUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many PUTs are tried (0.5 s, then 1 s apart).
@@ -109,7 +142,8 @@ pub const PUT_ATTEMPTS: u32 = 3;
 /// No `Content-Type` header is sent: the URL is pre-signed for a PUT without one.
 pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
     let body = serde_json::to_vec(response).map_err(|_| PutFailed("encoding".into()))?;
-    // https for CloudFormation's S3 URL; plain http is accepted for a loopback test server.
+    // https for CloudFormation's S3 URL; plain http only reaches here for a loopback test
+    // server (response_url_allowed).
     let client = claimonce::sender_api::https_client().map_err(PutFailed)?;
     let mut last = String::new();
     for attempt in 0..PUT_ATTEMPTS {
@@ -132,4 +166,39 @@ pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
         }
     }
     Err(PutFailed(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::response_url_allowed;
+
+    #[test]
+    fn only_cloudformation_s_s3_urls_are_answered() {
+        for url in [
+            "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/arn%3Aaws/abc?X-Amz-Signature=1",
+            "https://cloudformation-custom-resource-response-euwest1.s3.eu-west-1.amazonaws.com/x",
+            "https://cloudformation-custom-resource-response-uswest2.s3-us-west-2.amazonaws.com/x",
+            "https://cloudformation-custom-resource-response-cnnorth1.s3.cn-north-1.amazonaws.com.cn/x",
+        ] {
+            assert_eq!(response_url_allowed(url, false), Ok(()), "{url}");
+        }
+        for url in [
+            "http://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
+            "https://attacker.example/x",
+            "https://s3.amazonaws.com.attacker.example/x",
+            "https://lambda.us-east-1.amazonaws.com/x",
+            "https://bucket.s3.amazonaws.com:8443/x",
+            "http://127.0.0.1:9000/cfn-response",
+            "https://localhost/x",
+            "not a url",
+        ] {
+            assert!(response_url_allowed(url, false).is_err(), "{url}");
+        }
+        assert_eq!(
+            response_url_allowed("http://127.0.0.1:9000/cfn-response", true),
+            Ok(())
+        );
+        assert!(response_url_allowed("ftp://127.0.0.1/x", true).is_err());
+        assert!(response_url_allowed("http://10.0.0.1/x", true).is_err());
+    }
 }

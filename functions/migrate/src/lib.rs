@@ -137,6 +137,10 @@ pub struct Options {
     /// `DB_HANDLER_STATEMENT_TIMEOUT_MS` (3000): those roles' `statement_timeout` and
     /// `idle_in_transaction_session_timeout`.
     pub handler_timeout: Duration,
+    /// `MIGRATE_LOOPBACK_RESPONSE_URL=1`, for tests only (the template never sets it): a
+    /// custom-resource answer may also go to a loopback `http` URL. Otherwise only
+    /// CloudFormation's `https` S3 URLs are answered ([`cfn::response_url_allowed`]).
+    pub loopback_response_url: bool,
 }
 
 impl Default for Options {
@@ -155,6 +159,7 @@ impl Default for Options {
             },
             handler_users: Vec::new(),
             handler_timeout: Duration::from_secs(3),
+            loopback_response_url: false,
         }
     }
 }
@@ -195,6 +200,15 @@ impl Options {
             },
             handler_users,
             handler_timeout: ms("DB_HANDLER_STATEMENT_TIMEOUT_MS", defaults.handler_timeout)?,
+            loopback_response_url: match config::optional("MIGRATE_LOOPBACK_RESPONSE_URL") {
+                None => false,
+                Some(v) if v == "1" => true,
+                Some(_) => {
+                    return Err(ConfigError::new(
+                        "MIGRATE_LOOPBACK_RESPONSE_URL is 1 or unset".to_owned(),
+                    ));
+                }
+            },
         })
     }
 }
@@ -413,6 +427,20 @@ impl Migrator {
             self.write("Invoke", &result);
             return result.map(|o| json!({"applied": o.applied, "latest": o.latest}));
         };
+        // A request whose answer would go anywhere but CloudFormation's own S3 URL did not come
+        // from CloudFormation: nothing is done for it and nothing is sent.
+        let loopback = self.options.as_ref().is_ok_and(|o| o.loopback_response_url);
+        if let Err(why) = cfn::response_url_allowed(&request.response_url, loopback) {
+            let mut line = serde_json::Map::new();
+            line.insert("request_type".into(), request.request_type.clone().into());
+            line.insert("error".into(), why.into());
+            self.log.write(
+                claimonce::log::Level::Error,
+                "custom-resource request refused",
+                line,
+            );
+            return Err(format!("custom-resource request refused: {why}"));
+        }
         let response = self.respond_until(&request, deadline).await;
         cfn::put(&request.response_url, &response)
             .await
