@@ -18,7 +18,7 @@ use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
 use claimonce::pipeline::statement;
 use claimonce::verify::Sign;
-use claimonce::{Admitted, Effect, Limits, Problem, Provider, Receiver};
+use claimonce::{Admitted, Limits, Plan, Problem, Provider, Receiver};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use lambda_http::{Body, Request};
 
@@ -103,9 +103,9 @@ impl<P: Provider> Fuzzed for Registered<P> {
                 Ok(Admitted { parsed, .. }) => {
                     let id = parsed.event_id.as_str();
                     assert!(!id.is_empty() && id.len() <= 255 && !id.contains('\0'));
-                    let effect = self.effects.effect(&parsed);
-                    let sql = statement(effect.as_ref());
-                    if let Some(function) = effect.as_ref().and_then(Effect::function) {
+                    if let Plan::Call(effect) = self.effects.plan(&parsed) {
+                        let sql = statement(Some(&effect));
+                        let function = effect.function();
                         assert!(sql.contains(&format!("CASE WHEN c.won THEN {function}(")));
                     }
                 }

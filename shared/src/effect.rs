@@ -1,8 +1,9 @@
-//! Effects written in Rust, on the claim's transaction.
+//! What a won claim does: the provider's [`Plan`] for an event, decided in one step
+//! ([`crate::Provider::plan`]): nothing, one SQL call in the claim's statement ([`Effect`]), or
+//! Rust on the claim's transaction ([`RustEffect`]).
 //!
-//! An event whose [`crate::Provider::effect`] is [`Effect::in_rust`](crate::Effect::in_rust)
-//! runs the provider's [`crate::Provider::apply`] with a [`Tx`]: a handle on the transaction
-//! that won the claim, handed over only after the claim was won. On the wire:
+//! A Rust effect runs with a [`Tx`]: a handle on the transaction that won the claim, handed
+//! over only after the claim was won. On the wire:
 //!
 //! ```text
 //! BEGIN + SELECT ... FROM claimonce_claim_v1(...)   one flight (pipelined)
@@ -63,49 +64,79 @@ impl std::fmt::Debug for Param {
     }
 }
 
-/// What a won claim does to the database: one call of an effect function, a PL/pgSQL
-/// function that a migration added (see the README's "Adding a provider"), in the claim's one
-/// statement; or the provider's [`Provider::apply`](crate::Provider::apply), Rust on the
-/// claim's transaction ([`Effect::in_rust`]).
+/// A provider's plan for one event, returned in one step by
+/// [`Provider::plan`](crate::Provider::plan): what the claim does if this delivery wins it.
 #[derive(Debug)]
-pub struct Effect {
-    kind: Shape,
+pub enum Plan<R> {
+    /// No effect: the event is claimed and answered `ignored`.
+    Nothing,
+    /// One call of an effect function, in the claim's one statement.
+    Call(Effect),
+    /// Rust on the claim's transaction, run only once the claim is won.
+    Rust(R),
 }
 
+impl<R> Plan<R> {
+    /// The same plan with its Rust effect, if any, passed through `f`: how a provider that
+    /// wraps another's adds to its Rust effect.
+    pub fn map_rust<S>(self, f: impl FnOnce(R) -> S) -> Plan<S> {
+        match self {
+            Plan::Nothing => Plan::Nothing,
+            Plan::Call(effect) => Plan::Call(effect),
+            Plan::Rust(rust) => Plan::Rust(f(rust)),
+        }
+    }
+}
+
+impl<R> From<Option<Effect>> for Plan<R> {
+    /// A call, or nothing.
+    fn from(effect: Option<Effect>) -> Self {
+        effect.map_or(Plan::Nothing, Plan::Call)
+    }
+}
+
+/// An effect in Rust: what [`Plan::Rust`] carries, holding what it needs of the event (and of
+/// the provider) by reference. Its `apply` runs only after this delivery won the claim, with
+/// `tx` on the claim's transaction, which commits when it returns `Ok` and rolls back (the
+/// claim too) when it returns an error. It may run again for the same event after a rollback
+/// (a lost connection is retried once), so it keeps nothing of its own between runs.
+pub trait RustEffect: Send + Sync {
+    /// Applies the effect on the claim's transaction.
+    fn apply<'a>(
+        &'a self,
+        tx: &'a Tx<'a>,
+    ) -> impl Future<Output = Result<(), EffectError>> + Send + 'a;
+}
+
+/// The [`RustEffect`] of a provider that has none: it cannot be built, so such a provider's
+/// plan is never [`Plan::Rust`].
+#[derive(Debug, Clone, Copy)]
+pub enum NoRustEffect {}
+
+impl RustEffect for NoRustEffect {
+    async fn apply<'a>(&'a self, _tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        match *self {}
+    }
+}
+
+/// One call of an effect function, a PL/pgSQL function that a migration added (see the
+/// README's "Adding a provider"), in the claim's one statement: what [`Plan::Call`] carries.
 #[derive(Debug)]
-enum Shape {
-    Call {
-        function: &'static str,
-        params: Vec<Param>,
-        /// The claim's provider and event id are passed first (`$1, $2`).
-        with_claim: bool,
-    },
-    Rust,
+pub struct Effect {
+    function: &'static str,
+    params: Vec<Param>,
+    /// The claim's provider and event id are passed first (`$1, $2`).
+    with_claim: bool,
 }
 
 impl Effect {
     /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
     pub fn call(function: &'static str, params: Vec<Param>) -> Self {
         Self {
-            kind: Shape::Call {
-                function,
-                params,
-                with_claim: false,
-            },
+            function,
+            params,
+            with_claim: false,
         }
-    }
-
-    /// The provider's [`Provider::apply`](crate::Provider::apply): async Rust that runs only
-    /// after the claim is won, with a [`Tx`](crate::effect::Tx) on the claim's transaction,
-    /// and commits or rolls back with it (more round trips than [`Effect::call`]: one for
-    /// each statement it sends, and one for the commit).
-    pub fn in_rust() -> Self {
-        Self { kind: Shape::Rust }
-    }
-
-    /// True for [`Effect::in_rust`].
-    pub fn is_rust(&self) -> bool {
-        matches!(self.kind, Shape::Rust)
     }
 
     /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
@@ -115,34 +146,25 @@ impl Effect {
     pub fn forward(topic: String, event: Forwardable) -> Self {
         let (header, value) = event.signature.unzip();
         Self {
-            kind: Shape::Call {
-                function: FORWARD_FUNCTION,
-                params: vec![
-                    Param::new(topic, Type::TEXT),
-                    Param::new(event.body, Type::TEXT),
-                    Param::new(header, Type::TEXT),
-                    Param::new(value, Type::TEXT),
-                ],
-                with_claim: true,
-            },
+            function: FORWARD_FUNCTION,
+            params: vec![
+                Param::new(topic, Type::TEXT),
+                Param::new(event.body, Type::TEXT),
+                Param::new(header, Type::TEXT),
+                Param::new(value, Type::TEXT),
+            ],
+            with_claim: true,
         }
     }
 
-    /// The effect function's name; `None` for [`Effect::in_rust`].
-    pub fn function(&self) -> Option<&'static str> {
-        self.call_parts().map(|(function, _, _)| function)
+    /// The effect function's name.
+    pub fn function(&self) -> &'static str {
+        self.function
     }
 
     /// The call's function, arguments and whether the claim's identity comes first.
-    pub(crate) fn call_parts(&self) -> Option<(&'static str, &[Param], bool)> {
-        match &self.kind {
-            Shape::Call {
-                function,
-                params,
-                with_claim,
-            } => Some((function, params, *with_claim)),
-            Shape::Rust => None,
-        }
+    pub(crate) fn call_parts(&self) -> (&'static str, &[Param], bool) {
+        (self.function, &self.params, self.with_claim)
     }
 }
 

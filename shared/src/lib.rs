@@ -32,14 +32,31 @@
 //!     }
 //! }
 //!
+//! /// A credit's effect: Rust on the claim's transaction, holding the event it applies.
+//! struct Grant<'e>(&'e Parsed<Credit>);
+//!
+//! impl RustEffect for Grant<'_> {
+//!     // Runs only once this delivery has won the claim, on the claim's transaction.
+//!     async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+//!         let Grant(event) = self;
+//!         tx.execute(
+//!             "INSERT INTO example_credits (event_id, amount) VALUES ($1, $2)",
+//!             &[(&event.event_id.as_str(), Type::TEXT), (&event.event.amount, Type::INT8)],
+//!         )
+//!         .await?;
+//!         Ok(())
+//!     }
+//! }
+//!
 //! impl Provider for Example {
 //!     type Event = Credit;
+//!     type Rust<'e> = Grant<'e>; // NoRustEffect for a provider whose effects are all SQL
 //!
 //!     fn name(&self) -> &'static str {
 //!         "example" // the ledger namespace, the route /webhooks/example, the role claimonce_example
 //!     }
 //!
-//!     fn verifier(&self) -> Option<&dyn Verify> {
+//!     fn verifier(&self) -> Option<&dyn Scheme> {
 //!         Some(&self.verifier)
 //!     }
 //!
@@ -49,18 +66,12 @@
 //!         Ok(Parsed::new(EventId::new(credit.id.clone())?, credit.kind.clone(), credit))
 //!     }
 //!
-//!     fn effect(&self, _: &Parsed<Credit>) -> Option<Effect> {
-//!         Some(Effect::in_rust()) // or Effect::call: one SQL function, in the claim's statement
-//!     }
-//!
-//!     // Runs only once this delivery has won the claim, on the claim's transaction.
-//!     async fn apply(&self, event: &Parsed<Credit>, tx: &Tx<'_>) -> Result<(), EffectError> {
-//!         tx.execute(
-//!             "INSERT INTO example_credits (event_id, amount) VALUES ($1, $2)",
-//!             &[(&event.event_id.as_str(), Type::TEXT), (&event.event.amount, Type::INT8)],
-//!         )
-//!         .await?;
-//!         Ok(())
+//!     // One step: nothing, one SQL function in the claim's statement (Plan::Call), or Rust.
+//!     fn plan<'e>(&'e self, event: &'e Parsed<Credit>) -> Plan<Grant<'e>> {
+//!         match event.event.kind.as_str() {
+//!             "credit.granted" => Plan::Rust(Grant(event)),
+//!             _ => Plan::Nothing, // claimed and answered `ignored`
+//!         }
 //!     }
 //! }
 //!
@@ -90,7 +101,7 @@
 //! let signed = Signed::new(body, &sha256, &verified);
 //! let parsed = example.parse(&signed, &Unsigned::new(&headers)).expect("a credit");
 //! assert_eq!(parsed.event_id.as_str(), "evt_1");
-//! assert!(example.effect(&parsed).is_some_and(|e| e.is_rust()));
+//! assert!(matches!(example.plan(&parsed), Plan::Rust(_)));
 //! let other = Example::from_secret("another").expect("a secret");
 //! assert!(other.verifier.verify(&headers, body, 0).is_err(), "another secret's signature");
 //! # let _ = main_of_the_binary;
@@ -147,16 +158,16 @@ pub mod verify;
 /// What a provider crate uses, in one import: `use claimonce::prelude::*;`.
 pub mod prelude {
     pub use crate::config::ConfigError;
-    pub use crate::effect::{Effect, EffectError, Param, Tx};
+    pub use crate::effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
     pub use crate::forward::Forwardable;
     pub use crate::ids::EventId;
     pub use crate::provider::{Parsed, Provider, Signed, Unsigned};
     pub use crate::response::{Problem, Rejection};
-    pub use crate::verify::{Sign, Verify, split_secrets};
+    pub use crate::verify::{Scheme, Sign, Verify, split_secrets};
     pub use tokio_postgres::types::Type;
 }
 
-pub use effect::{Effect, EffectError, Param, Tx};
+pub use effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
 pub use forward::Forwardable;
 pub use ids::{EventId, MAX_EVENT_ID_LEN};
 pub use lambda::{run_from_env, serve};

@@ -24,7 +24,7 @@ use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::db::{Attempted, DeliveryError, Work};
-use crate::effect::Effect;
+use crate::effect::{Effect, Plan};
 
 /// The ledger row this delivery tries to insert.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ const CLAIM_PARAMS: usize = 4;
 /// effect: then the claim alone, the first statement of the claim's transaction).
 pub fn statement(effect: Option<&Effect>) -> String {
     let mut sql = String::from("SELECT c.won, c.stored_sha256");
-    if let Some((function, params, with_claim)) = effect.and_then(Effect::call_parts) {
+    if let Some((function, params, with_claim)) = effect.map(Effect::call_parts) {
         // Writing into a String cannot fail.
         let _ = write!(sql, ", CASE WHEN c.won THEN {function}(");
         let mut sep = "";
@@ -98,7 +98,7 @@ async fn send(
     effect: Option<&Effect>,
 ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
     let hash: Option<&[u8]> = claim.payload_sha256.as_ref().map(|h| h.as_slice());
-    let call = effect.and_then(Effect::call_parts);
+    let call = effect.map(Effect::call_parts);
     let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
         Vec::with_capacity(CLAIM_PARAMS + call.map_or(0, |(_, p, _)| p.len()));
     params.extend([
@@ -140,22 +140,18 @@ pub(crate) trait Apply: Send + Sync {
     ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>>;
 }
 
-/// What [`run_in_rust`] calls.
-pub(crate) type RustEffect<'a> = &'a dyn Apply;
-
 /// A delivery's claim and effect, as work on the environment's connection
 /// ([`Database::run`](crate::db::Database::run)): the one statement, or for a Rust effect the
 /// claim's explicit transaction.
-pub(crate) struct Settle<'a> {
+pub(crate) struct Settle<'a, A> {
     /// The ledger row to claim.
     pub(crate) claim: &'a Claim<'a>,
-    /// The effect, if the event has one.
-    pub(crate) effect: Option<&'a Effect>,
-    /// The provider's Rust effect, for an [`Effect::in_rust`].
-    pub(crate) apply: RustEffect<'a>,
+    /// What the claim does if won: a call in the claim's statement, Rust on its
+    /// transaction, or nothing.
+    pub(crate) plan: Plan<A>,
 }
 
-impl Work for Settle<'_> {
+impl<A: Apply> Work for Settle<'_, A> {
     type Output = Finished;
 
     fn attempt<'c>(
@@ -164,18 +160,20 @@ impl Work for Settle<'_> {
         deadline: tokio::time::Instant,
     ) -> futures_util::future::BoxFuture<'c, Attempted<Finished>> {
         Box::pin(async move {
-            match self.effect {
-                Some(rust) if rust.is_rust() => {
-                    run_in_rust(client, self.claim, self.apply, deadline).await
+            let effect = match &self.plan {
+                Plan::Rust(apply) => {
+                    return run_in_rust(client, self.claim, apply, deadline).await;
                 }
-                // One statement in its implicit transaction: whatever it answered, the server
-                // has ended that transaction.
-                _ => Attempted {
-                    outcome: run(client, self.claim, self.effect)
-                        .await
-                        .map_err(DeliveryError::Failed),
-                    reusable: true,
-                },
+                Plan::Call(effect) => Some(effect),
+                Plan::Nothing => None,
+            };
+            // One statement in its implicit transaction: whatever it answered, the server has
+            // ended that transaction.
+            Attempted {
+                outcome: run(client, self.claim, effect)
+                    .await
+                    .map_err(DeliveryError::Failed),
+                reusable: true,
             }
         })
     }
@@ -231,7 +229,7 @@ impl Work for Claimed<'_> {
 pub(crate) async fn run_in_rust(
     client: &Client,
     claim: &Claim<'_>,
-    apply: RustEffect<'_>,
+    apply: &dyn Apply,
     deadline: tokio::time::Instant,
 ) -> Attempted<Finished> {
     let begun = futures_util::future::try_join(

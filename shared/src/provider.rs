@@ -10,12 +10,11 @@
 
 use http::HeaderMap;
 
-use crate::effect::Effect;
-use crate::effect::{EffectError, Tx};
+use crate::effect::{Plan, RustEffect};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
-use crate::verify::{Verified, Verify};
+use crate::verify::{Scheme, Verified};
 
 /// What the signature covers: the raw body, its SHA-256, and what the scheme's signed headers
 /// said.
@@ -142,10 +141,11 @@ pub trait Provider: Send + Sync + 'static {
     /// The ledger namespace (`processed_events.provider`).
     fn name(&self) -> &'static str;
 
-    /// The configured signature verifier; `None` for a provider that takes no webhooks (one
-    /// built to read events from its sender's own API, a recover function's), whose receiver
-    /// then refuses every delivery (400 `signature-mismatch`) and drains nothing.
-    fn verifier(&self) -> Option<&dyn Verify>;
+    /// The configured signature scheme, which verifies and signs; `None` for a provider that
+    /// takes no webhooks (one built to read events from its sender's own API, a recover
+    /// function's), whose receiver then refuses every delivery (400 `signature-mismatch`) and
+    /// drains nothing.
+    fn verifier(&self) -> Option<&dyn Scheme>;
 
     /// Reads a verified request: the signed body, and the headers nobody signed.
     fn parse(
@@ -154,25 +154,17 @@ pub trait Provider: Send + Sync + 'static {
         unsigned: &Unsigned<'_>,
     ) -> Result<Parsed<Self::Event>, Rejection>;
 
-    /// The event's effect: a call of one of the provider's effect functions, which runs only if
-    /// this delivery wins the claim, in the claim's transaction. `None` for an event that has
-    /// no effect (claimed and answered "ignored").
-    fn effect(&self, event: &Parsed<Self::Event>) -> Option<Effect>;
+    /// What a Rust effect of this provider holds ([`Plan::Rust`]): typically references into
+    /// the event. A provider without one says [`NoRustEffect`](crate::effect::NoRustEffect).
+    type Rust<'e>: RustEffect + 'e
+    where
+        Self: 'e;
 
-    /// The event's effect in Rust, for an event whose [`effect`](Self::effect) is
-    /// [`Effect::in_rust`]: called only after this delivery won the claim, with `tx` on the
-    /// claim's transaction, which commits when it returns `Ok` and rolls back (the claim too)
-    /// when it returns an error. It may be called again for the same event after a rollback
-    /// (a lost connection is retried once), so it keeps nothing of its own between calls.
-    /// The default refuses: a provider that never returns [`Effect::in_rust`] needs none.
-    fn apply<'a>(
-        &'a self,
-        event: &'a Parsed<Self::Event>,
-        tx: &'a Tx<'a>,
-    ) -> impl Future<Output = Result<(), EffectError>> + Send + 'a {
-        let _ = (event, tx);
-        async { Err(EffectError::failed("this provider has no Rust effect")) }
-    }
+    /// The event's plan, in one step: nothing (claimed and answered `ignored`), a call of one
+    /// of the provider's effect functions in the claim's statement, or Rust on the claim's
+    /// transaction. Whatever it is runs only if this delivery wins the claim, and commits or
+    /// rolls back with it.
+    fn plan<'e>(&'e self, event: &'e Parsed<Self::Event>) -> Plan<Self::Rust<'e>>;
 }
 
 #[cfg(test)]

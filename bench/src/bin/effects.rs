@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Sign, Verify};
+use claimonce::verify::{Scheme, Sign};
 use claimonce::{
-    Effect, EffectError, Limits, Param, Parsed, Provider, Receiver, Rejection, Signed, Tx, Type,
-    Unsigned,
+    Effect, EffectError, Limits, Param, Parsed, Plan, Provider, Receiver, Rejection, RustEffect,
+    Signed, Tx, Type, Unsigned,
 };
 use claimonce_bench::{api_gateway_event, cpu_ms, postgres_cpu_ms, postmaster_pid, settle};
 use claimonce_local::postgres::{Options, Postgres, provider_login_sql};
@@ -54,21 +54,22 @@ struct Orders(Shopify, Form);
 
 impl Provider for Orders {
     type Event = ShopifyEvent;
+    type Rust<'e> = InRust<'e>;
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         self.0.verifier()
     }
     fn parse(&self, s: &Signed<'_>, u: &Unsigned<'_>) -> Result<Parsed<ShopifyEvent>, Rejection> {
         self.0.parse(s, u)
     }
-    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
+    fn plan<'e>(&'e self, event: &'e Parsed<ShopifyEvent>) -> Plan<InRust<'e>> {
         let ShopifyEvent::Order(o) = &event.event else {
-            return None;
+            return Plan::Nothing;
         };
-        Some(match self.1 {
-            Form::Sql => Effect::call(
+        match self.1 {
+            Form::Sql => Plan::Call(Effect::call(
                 "shopify_keep_order_v1",
                 vec![
                     Param::new(o.id, Type::INT8),
@@ -80,19 +81,23 @@ impl Provider for Orders {
                     Param::new(o.total_price.clone(), Type::TEXT),
                     Param::new(o.currency.clone(), Type::TEXT),
                 ],
-            ),
-            Form::RustUpsert | Form::RustShipped => Effect::in_rust(),
-        })
+            )),
+            Form::RustUpsert => Plan::Rust(InRust(None, o)),
+            Form::RustShipped => Plan::Rust(InRust(Some(event), o)),
+        }
     }
-    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
-        let ShopifyEvent::Order(order) = &event.event else {
-            return Err(EffectError::failed("an order"));
-        };
-        match self.1 {
-            Form::RustShipped => {
-                shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, order).await
+}
+
+/// The Rust forms: the upsert alone, or (with the event) Shopify's shipped effect.
+struct InRust<'e>(Option<&'e Parsed<ShopifyEvent>>, &'e shopify_webhook::Order);
+
+impl RustEffect for InRust<'_> {
+    async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        match self.0 {
+            Some(event) => {
+                shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, self.1).await
             }
-            _ => shopify_webhook::keep_order_state(tx, order).await,
+            None => shopify_webhook::keep_order_state(tx, self.1).await,
         }
     }
 }

@@ -193,14 +193,25 @@ pub async fn credit(tx: &Tx<'_>, event_id: &EventId, credit: &Credit) -> Result<
     Ok(())
 }
 
+/// A completed transaction's effect: [`credit`] on the claim's transaction.
+#[derive(Debug)]
+pub struct CreditCustomer<'e>(&'e EventId, &'e Credit);
+
+impl RustEffect for CreditCustomer<'_> {
+    async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        credit(tx, self.0, self.1).await
+    }
+}
+
 impl Provider for Paddle {
     type Event = PaddleEvent;
+    type Rust<'e> = CreditCustomer<'e>;
 
     fn name(&self) -> &'static str {
         PROVIDER
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.signature)
     }
 
@@ -212,19 +223,10 @@ impl Provider for Paddle {
         parse_event(signed)
     }
 
-    fn effect(&self, event: &Parsed<PaddleEvent>) -> Option<Effect> {
-        match event.event {
-            PaddleEvent::Completed(_) => Some(Effect::in_rust()),
-            PaddleEvent::Other => None,
-        }
-    }
-
-    async fn apply(&self, event: &Parsed<PaddleEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+    fn plan<'e>(&'e self, event: &'e Parsed<PaddleEvent>) -> Plan<CreditCustomer<'e>> {
         match &event.event {
-            PaddleEvent::Completed(c) => credit(tx, &event.event_id, c).await,
-            PaddleEvent::Other => Err(EffectError::failed(
-                "only a completed transaction has an effect",
-            )),
+            PaddleEvent::Completed(c) => Plan::Rust(CreditCustomer(&event.event_id, c)),
+            PaddleEvent::Other => Plan::Nothing,
         }
     }
 }

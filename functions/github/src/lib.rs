@@ -12,10 +12,10 @@
 use claimonce::config::ConfigError;
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Verify, lower_hex, split_secrets};
+use claimonce::verify::{Scheme, lower_hex, split_secrets};
 use claimonce::{
-    Effect, EventId, Forwardable, Param, Parsed, Problem, Provider, Rejection, Signed, Type,
-    Unsigned,
+    Effect, EventId, Forwardable, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection,
+    Signed, Type, Unsigned,
 };
 use serde::Deserialize;
 
@@ -348,12 +348,13 @@ pub fn effect(event: &GitHubEvent) -> Option<Effect> {
 
 impl Provider for GitHub {
     type Event = GitHubEvent;
+    type Rust<'e> = NoRustEffect;
 
     fn name(&self) -> &'static str {
         PROVIDER
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)
     }
 
@@ -365,8 +366,8 @@ impl Provider for GitHub {
         parse_event(signed, unsigned)
     }
 
-    fn effect(&self, event: &Parsed<GitHubEvent>) -> Option<Effect> {
-        effect(&event.event)
+    fn plan<'e>(&'e self, event: &'e Parsed<GitHubEvent>) -> Plan<NoRustEffect> {
+        effect(&event.event).into()
     }
 }
 
@@ -455,10 +456,7 @@ mod tests {
         let Some(effect) = effect(&issue.event) else {
             panic!("forwarded");
         };
-        assert_eq!(
-            effect.function(),
-            Some(claimonce::forward::FORWARD_FUNCTION)
-        );
+        assert_eq!(effect.function(), claimonce::forward::FORWARD_FUNCTION);
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use claimonce::config::{self, ConfigError};
 use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::standard_webhooks::StandardWebhooks;
-use claimonce::verify::{Verify, split_secrets};
+use claimonce::verify::{Scheme, split_secrets};
 use claimonce::{
-    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+    Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection, Signed, Type,
+    Unsigned,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -205,12 +206,13 @@ pub fn effect(id: &str, event_type: &str, event: &ResendEvent) -> Option<Effect>
 
 impl Provider for Resend {
     type Event = ResendEvent;
+    type Rust<'e> = NoRustEffect;
 
     fn name(&self) -> &'static str {
         PROVIDER
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)
     }
 
@@ -222,8 +224,8 @@ impl Provider for Resend {
         parse_event(signed.message_id(), signed.body())
     }
 
-    fn effect(&self, event: &Parsed<ResendEvent>) -> Option<Effect> {
-        effect(event.event_id.as_str(), &event.event_type, &event.event)
+    fn plan<'e>(&'e self, event: &'e Parsed<ResendEvent>) -> Plan<NoRustEffect> {
+        effect(event.event_id.as_str(), &event.event_type, &event.event).into()
     }
 }
 

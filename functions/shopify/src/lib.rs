@@ -18,10 +18,10 @@
 use claimonce::config::ConfigError;
 use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Verify, lower_hex, split_secrets};
+use claimonce::verify::{Scheme, lower_hex, split_secrets};
 use claimonce::{
-    Effect, EffectError, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Tx, Type,
-    Unsigned,
+    Effect, EffectError, EventId, Param, Parsed, Plan, Problem, Provider, Rejection, RustEffect,
+    Signed, Tx, Type, Unsigned,
 };
 use serde::Deserialize;
 
@@ -224,14 +224,18 @@ pub fn parse_event(
     Ok(parsed)
 }
 
-/// The event's effect: an order is kept by [`keep_order`], Rust on the claim's transaction
+/// The event's plan: an order is kept by [`keep_order`], Rust on the claim's transaction
 /// (this crate's migration V15); an uninstall calls `shopify_mark_uninstalled_v1` (V13), one
 /// statement with the claim; other topics have none.
-pub fn effect(event: &ShopifyEvent) -> Option<Effect> {
-    match event {
-        ShopifyEvent::Other => None,
-        ShopifyEvent::Order(_) => Some(Effect::in_rust()),
-        ShopifyEvent::Uninstalled(s) => Some(Effect::call(
+pub fn plan(event: &Parsed<ShopifyEvent>) -> Plan<KeepOrder<'_>> {
+    match &event.event {
+        ShopifyEvent::Other => Plan::Nothing,
+        ShopifyEvent::Order(order) => Plan::Rust(KeepOrder {
+            event_id: &event.event_id,
+            topic: &event.event_type,
+            order,
+        }),
+        ShopifyEvent::Uninstalled(s) => Plan::Call(Effect::call(
             "shopify_mark_uninstalled_v1",
             vec![
                 Param::new(s.id, Type::INT8),
@@ -239,6 +243,23 @@ pub fn effect(event: &ShopifyEvent) -> Option<Effect> {
                 Param::new(s.updated_at.clone(), Type::TEXT),
             ],
         )),
+    }
+}
+
+/// An order event's effect: [`keep_order`] on the claim's transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepOrder<'e> {
+    /// The ledger key.
+    pub event_id: &'e EventId,
+    /// The topic, for the timeline.
+    pub topic: &'e str,
+    /// The order.
+    pub order: &'e Order,
+}
+
+impl RustEffect for KeepOrder<'_> {
+    async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        keep_order(tx, self.event_id, self.topic, self.order).await
     }
 }
 
@@ -314,12 +335,13 @@ pub async fn add_to_timeline(
 
 impl Provider for Shopify {
     type Event = ShopifyEvent;
+    type Rust<'e> = KeepOrder<'e>;
 
     fn name(&self) -> &'static str {
         PROVIDER
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)
     }
 
@@ -331,17 +353,8 @@ impl Provider for Shopify {
         parse_event(signed, unsigned)
     }
 
-    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
-        effect(&event.event)
-    }
-
-    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
-        match &event.event {
-            ShopifyEvent::Order(order) => {
-                keep_order(tx, &event.event_id, &event.event_type, order).await
-            }
-            _ => Err(EffectError::failed("only an order event has a Rust effect")),
-        }
+    fn plan<'e>(&'e self, event: &'e Parsed<ShopifyEvent>) -> Plan<KeepOrder<'e>> {
+        plan(event)
     }
 }
 

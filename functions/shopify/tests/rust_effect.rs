@@ -16,9 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use claimonce::db::Settings;
-use claimonce::verify::Verify;
+use claimonce::verify::Scheme;
 use claimonce::verify::body_hmac::BodyHmac;
-use claimonce::{Effect, EffectError, Parsed, Provider, Receiver, Rejection, Signed, Tx, Unsigned};
+use claimonce::{
+    EffectError, Parsed, Plan, Provider, Receiver, Rejection, RustEffect, Signed, Tx, Unsigned,
+};
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{payload_outcome, v2_event};
@@ -28,7 +30,7 @@ use claimonce_tests::lambda::{binaries, function};
 use claimonce_tests::proxy::{Fault, WireProxy};
 use claimonce_tests::roles::login_name;
 use serde_json::Value;
-use shopify_webhook::ShopifyEvent;
+use shopify_webhook::{KeepOrder, ShopifyEvent};
 use tokio::sync::Mutex;
 
 mod common;
@@ -183,12 +185,13 @@ struct Sends(&'static str, bool);
 
 impl Provider for Sends {
     type Event = ShopifyEvent;
+    type Rust<'e> = ThenSends<'e>;
 
     fn name(&self) -> &'static str {
         "shopify"
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(shopify_verifier())
     }
 
@@ -200,17 +203,23 @@ impl Provider for Sends {
         shopify_webhook::parse_event(signed, unsigned)
     }
 
-    fn effect(&self, _: &Parsed<ShopifyEvent>) -> Option<Effect> {
-        Some(Effect::in_rust())
+    fn plan<'e>(&'e self, event: &'e Parsed<ShopifyEvent>) -> Plan<ThenSends<'e>> {
+        Plan::Rust(ThenSends(self, event))
     }
+}
 
-    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
+/// [`Sends`]' effect: the order kept, then the statement.
+struct ThenSends<'e>(&'e Sends, &'e Parsed<ShopifyEvent>);
+
+impl RustEffect for ThenSends<'_> {
+    async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        let ThenSends(Sends(statement, ignored), event) = self;
         let ShopifyEvent::Order(order) = &event.event else {
             return Err(EffectError::failed("an order"));
         };
         shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, order).await?;
-        let sent = tx.execute(self.0, &[]).await;
-        if self.1 {
+        let sent = tx.execute(statement, &[]).await;
+        if *ignored {
             // The server aborted the transaction; COMMIT would roll it back in silence.
             return Ok(());
         }
@@ -554,12 +563,13 @@ impl Overruns {
 
 impl Provider for Overruns {
     type Event = ShopifyEvent;
+    type Rust<'e> = Overrun<'e>;
 
     fn name(&self) -> &'static str {
         "shopify"
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
+    fn verifier(&self) -> Option<&dyn Scheme> {
         Some(shopify_verifier())
     }
 
@@ -571,19 +581,22 @@ impl Provider for Overruns {
         shopify_webhook::parse_event(signed, unsigned)
     }
 
-    fn effect(&self, event: &Parsed<ShopifyEvent>) -> Option<Effect> {
-        shopify_webhook::effect(&event.event)
+    fn plan<'e>(&'e self, event: &'e Parsed<ShopifyEvent>) -> Plan<Overrun<'e>> {
+        shopify_webhook::plan(event).map_rust(|keep| Overrun(self, keep))
     }
+}
 
-    async fn apply(&self, event: &Parsed<ShopifyEvent>, tx: &Tx<'_>) -> Result<(), EffectError> {
-        let ShopifyEvent::Order(order) = &event.event else {
-            return Err(EffectError::failed("an order"));
-        };
-        if self.0.lock().expect("overruns").remove(&order.id) {
+/// [`Overruns`]' effect: Shopify's, held to the deadline first for an order it names.
+struct Overrun<'e>(&'e Overruns, KeepOrder<'e>);
+
+impl RustEffect for Overrun<'_> {
+    async fn apply<'a>(&'a self, tx: &'a Tx<'a>) -> Result<(), EffectError> {
+        let Overrun(Overruns(orders), keep) = self;
+        if orders.lock().expect("overruns").remove(&keep.order.id) {
             std::thread::sleep(tx.time_left());
             assert_eq!(tx.time_left(), Duration::ZERO, "held to the deadline");
         }
-        shopify_webhook::keep_order(tx, &event.event_id, &event.event_type, order).await
+        keep.apply(tx).await
     }
 }
 

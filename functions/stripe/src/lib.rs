@@ -4,9 +4,10 @@
 
 use claimonce::config::{self, ConfigError};
 use claimonce::verify::timestamp_v1::TimestampV1;
-use claimonce::verify::{Verify, split_secrets};
+use claimonce::verify::{Scheme, split_secrets};
 use claimonce::{
-    Effect, EventId, Param, Parsed, Problem, Provider, Rejection, Signed, Type, Unsigned,
+    Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection, Signed, Type,
+    Unsigned,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -302,13 +303,14 @@ pub fn effect(event_id: &str, event: &StripeEvent) -> Option<Effect> {
 
 impl Provider for Stripe {
     type Event = StripeEvent;
+    type Rust<'e> = NoRustEffect;
 
     fn name(&self) -> &'static str {
         PROVIDER
     }
 
-    fn verifier(&self) -> Option<&dyn Verify> {
-        self.verifier.as_ref().map(|v| v as &dyn Verify)
+    fn verifier(&self) -> Option<&dyn Scheme> {
+        self.verifier.as_ref().map(|v| v as &dyn Scheme)
     }
 
     fn parse(
@@ -319,8 +321,8 @@ impl Provider for Stripe {
         parse_event(signed.body())
     }
 
-    fn effect(&self, event: &Parsed<StripeEvent>) -> Option<Effect> {
-        effect(event.event_id.as_str(), &event.event)
+    fn plan<'e>(&'e self, event: &'e Parsed<StripeEvent>) -> Plan<NoRustEffect> {
+        effect(event.event_id.as_str(), &event.event).into()
     }
 }
 

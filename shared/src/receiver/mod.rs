@@ -19,6 +19,7 @@ use self::secrets::Refresh;
 
 use crate::config::{self, ConfigError};
 use crate::db::Database;
+use crate::effect::RustEffect;
 use crate::ids::EventId;
 use crate::log::{Level, Log};
 use crate::metrics;
@@ -334,17 +335,11 @@ impl<P: Provider> Receiver<P> {
             payload_sha256,
         };
         let provider = self.provider();
-        let effect = provider.effect(parsed);
-        let apply = Applier {
-            provider: &*provider,
-            parsed,
-        };
         let outcome = self
             .database
             .run(&crate::pipeline::Settle {
                 claim: &claim,
-                effect: effect.as_ref(),
-                apply: &apply,
+                plan: provider.plan(parsed).map_rust(Applier),
             })
             .await;
         self.report_reconnects(&parsed.event_id);
@@ -386,18 +381,15 @@ pub struct Admitted<E> {
     read_headers: Vec<(String, String)>,
 }
 
-/// One delivery's Rust effect: the provider's [`Provider::apply`] for its event.
-struct Applier<'a, P: Provider> {
-    provider: &'a P,
-    parsed: &'a Parsed<P::Event>,
-}
+/// One delivery's Rust effect, as the claim layer runs it.
+struct Applier<R>(R);
 
-impl<P: Provider> crate::pipeline::Apply for Applier<'_, P> {
+impl<R: RustEffect> crate::pipeline::Apply for Applier<R> {
     fn apply<'t>(
         &'t self,
         tx: &'t crate::effect::Tx<'t>,
     ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>> {
-        Box::pin(self.provider.apply(self.parsed, tx))
+        Box::pin(self.0.apply(tx))
     }
 }
 

@@ -85,6 +85,14 @@ pub trait Sign {
     fn sign(&self, body: &[u8], now: u64, id: &str) -> Vec<(String, String)>;
 }
 
+/// A signature scheme as one value: what verifies a delivery also signs one, so a provider's
+/// tests, the local run and the fuzzers sign through the very type the receiver checks with.
+/// Every type that implements [`Verify`] and [`Sign`] is one; [`crate::Provider::verifier`]
+/// returns it.
+pub trait Scheme: Verify + Sign {}
+
+impl<T: Verify + Sign> Scheme for T {}
+
 /// One or more HMAC keys, tried in order (several during a secret rotation).
 ///
 /// The key bytes never appear in `Debug` output.
