@@ -119,6 +119,38 @@ pub fn embed(line: &mut Map<String, Value>, dimensions: &[(&str, &str)], metrics
     }
 }
 
+/// The metric members of a drained spill record's log line: `Drained` (count, always 1), by
+/// `Provider` and `Disposition`.
+#[derive(Debug, Serialize)]
+pub struct Drained<'a> {
+    #[serde(rename = "_aws")]
+    directive: Directive<'static, [Definition<'static>; 1]>,
+    #[serde(rename = "Provider")]
+    provider: &'a str,
+    #[serde(rename = "Disposition")]
+    disposition: &'a str,
+    #[serde(rename = "Drained")]
+    drained: u8,
+}
+
+impl<'a> Drained<'a> {
+    /// The metric of one drained record.
+    pub fn new(provider: &'a str, disposition: &'a str) -> Self {
+        Self {
+            directive: Directive::new(
+                &["Provider", "Disposition"],
+                [Definition {
+                    name: "Drained",
+                    unit: "Count",
+                }],
+            ),
+            provider,
+            disposition,
+            drained: 1,
+        }
+    }
+}
+
 /// The metric members of a delivery's log line: `Deliveries` (count, always 1) and
 /// `LatencyMs`, by `Provider` and `Disposition`. Flattened into the line, it writes the same
 /// members [`embed`] would, without building them as JSON values first.

@@ -36,24 +36,20 @@ impl<P: Provider> Receiver<P> {
         let mut unavailable: Option<&'static str> = None;
         for record in records {
             let started = Instant::now();
-            let mut fields = Map::new();
-            let (disposition, error) = match self.restore(record).await {
-                Err(Refused::Unreadable(why)) => (Disposition::Error, Some(why)),
+            let mut queued_seconds = None;
+            let outcome = match self.restore(record).await {
+                Err(Refused::Unreadable(why)) => Outcome::failed(why),
                 Err(Refused::Unproven(rejection)) => {
                     let why = format!("the spilled delivery does not verify: {}", rejection.detail);
-                    (Disposition::Rejected(rejection), Some(why))
+                    Outcome::rejected(rejection, Some(why))
                 }
                 Ok(Reparsed {
                     parsed,
                     payload_sha256: sha,
                     received_at,
                 }) => {
-                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
-                    fields.insert(
-                        "queued_seconds".into(),
-                        unix_now().saturating_sub(received_at).into(),
-                    );
-                    match unavailable {
+                    queued_seconds = Some(unix_now().saturating_sub(received_at));
+                    let (disposition, error) = match unavailable {
                         Some(reason) => (
                             Disposition::Error,
                             Some(format!("not tried: the database is unavailable ({reason})")),
@@ -65,38 +61,30 @@ impl<P: Provider> Receiver<P> {
                                 (Disposition::Error, Some(e.summary()))
                             }
                         },
+                    };
+                    // The drained line names the event, as before: its type and delivery id
+                    // are the webhook's line's.
+                    Outcome {
+                        event_id: Some(parsed.event_id),
+                        event_type: None,
+                        delivery_id: None,
+                        disposition,
+                        error,
                     }
                 }
             };
-            let applied = matches!(
-                disposition,
+            if !matches!(
+                outcome.disposition,
                 Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
-            );
-            if !applied {
+            ) {
                 response.fail(&record.message_id);
             }
-            let name = disposition.name();
-            fields.insert("provider".into(), self.name.into());
-            fields.insert("sqs_message_id".into(), record.message_id.as_str().into());
-            fields.insert("disposition".into(), name.into());
-            fields.insert("receive_count".into(), record.receive_count().into());
-            if let Some(error) = error {
-                fields.insert("error".into(), error.into());
-            }
-            let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-            fields.insert("latency_ms".into(), latency_ms.into());
-            let metric = metrics::Metric {
-                name: "Drained",
-                unit: "Count",
-                value: 1.0,
+            let via = Via::Spill {
+                sqs_message_id: &record.message_id,
+                receive_count: record.receive_count(),
+                queued_seconds,
             };
-            metrics::embed(
-                &mut fields,
-                &[("Provider", self.name), ("Disposition", name)],
-                &[metric],
-            );
-            let level = if applied { Level::Info } else { Level::Error };
-            self.log.write(level, "drained", fields);
+            self.log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
         }
         response
     }

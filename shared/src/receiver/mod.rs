@@ -5,15 +5,16 @@ use std::time::Instant;
 
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
-use serde::Serialize;
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
 mod drain;
 mod environment;
+mod outcome;
 mod recover;
 mod secrets;
 
+use self::outcome::{Outcome, Via};
 pub use self::recover::Recovered;
 use self::secrets::Refresh;
 
@@ -88,51 +89,6 @@ pub struct Receiver<P> {
     spill: Option<crate::spill::Spill>,
 }
 
-struct Delivery {
-    event_id: Option<EventId>,
-    event_type: Option<String>,
-    delivery_id: Option<EventId>,
-    disposition: Disposition,
-    error: Option<String>,
-}
-
-/// The one log line of a delivery, written straight from these fields.
-#[derive(Serialize)]
-struct DeliveryLine<'a> {
-    provider: &'a str,
-    /// API Gateway's request id, as in its access log.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    request_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    event_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    event_type: Option<&'a str>,
-    /// The sender's id of this delivery attempt, when it is not the event id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delivery_id: Option<&'a str>,
-    disposition: &'a str,
-    status: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    problem: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-    latency_ms: f64,
-    #[serde(flatten)]
-    metrics: metrics::Delivery<'a>,
-}
-
-impl Delivery {
-    fn rejected(rejection: Rejection) -> Self {
-        Self {
-            event_id: None,
-            event_type: None,
-            delivery_id: None,
-            disposition: Disposition::Rejected(rejection),
-            error: None,
-        }
-    }
-}
-
 impl<P: Provider> Receiver<P> {
     /// Assembles a receiver.
     pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
@@ -177,7 +133,7 @@ impl<P: Provider> Receiver<P> {
 
     /// Answers a request refused before it could be read (at the Lambda boundary).
     pub(crate) fn refuse(&self, started: Instant, rejection: Rejection) -> Response<Body> {
-        self.finish(started, None, Delivery::rejected(rejection))
+        self.finish(started, None, Outcome::rejected(rejection, None))
     }
 
     /// Logs the delivery's one line and turns its disposition into the response.
@@ -185,11 +141,10 @@ impl<P: Provider> Receiver<P> {
         &self,
         started: Instant,
         request_id: Option<&str>,
-        delivery: Delivery,
+        delivery: Outcome,
     ) -> Response<Body> {
         let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let latency_ms = latency_us as f64 / 1000.0;
-        let disposition = delivery.disposition.name();
         if self.log.enabled(Level::Debug)
             && let Disposition::Rejected(r) = &delivery.disposition
         {
@@ -200,27 +155,7 @@ impl<P: Provider> Receiver<P> {
                 serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
             );
         }
-        let line = DeliveryLine {
-            provider: self.name,
-            request_id,
-            event_id: delivery.event_id.as_ref().map(EventId::as_str),
-            event_type: delivery.event_type.as_deref(),
-            delivery_id: delivery.delivery_id.as_ref().map(EventId::as_str),
-            disposition,
-            status: delivery.disposition.status().as_u16(),
-            problem: match &delivery.disposition {
-                Disposition::Rejected(r) => Some(r.problem.slug()),
-                _ => None,
-            },
-            error: delivery.error.as_deref(),
-            latency_ms,
-            metrics: metrics::Delivery::new(self.name, disposition, latency_ms),
-        };
-        let level = match delivery.disposition {
-            Disposition::Error => Level::Error,
-            _ => Level::Info,
-        };
-        self.log.write(level, "delivery", &line);
+        self.log_outcome(Via::Webhook { request_id }, &delivery, latency_ms);
         delivery.disposition.into_response()
     }
 
@@ -266,13 +201,13 @@ impl<P: Provider> Receiver<P> {
         })
     }
 
-    async fn deliver(&self, request: &Request) -> Delivery {
+    async fn deliver(&self, request: &Request) -> Outcome {
         let admitted = match self
             .with_fresh_secrets(|| self.admit(request, unix_now()))
             .await
         {
             Ok(admitted) => admitted,
-            Err(r) => return Delivery::rejected(r),
+            Err(r) => return Outcome::rejected(r, None),
         };
         let (disposition, error) = match self
             .settle(&admitted.parsed, Some(admitted.payload_sha256))
@@ -282,7 +217,7 @@ impl<P: Provider> Receiver<P> {
             Err(e) => self.keep(request.body(), &admitted, &e).await,
         };
         let parsed = admitted.parsed;
-        Delivery {
+        Outcome {
             event_id: Some(parsed.event_id),
             event_type: Some(parsed.event_type),
             delivery_id: parsed.delivery_id,

@@ -41,46 +41,41 @@ impl<P: Provider> Receiver<P> {
     /// (`recovered`); the run's counts are the caller's report.
     pub async fn recover(&self, body: &[u8]) -> Recovered {
         let started = Instant::now();
-        let recovered = match self.parse_unverified(body) {
-            Err(r) => Recovered {
-                event_id: None,
-                disposition: Disposition::Rejected(r.clone()),
-                error: Some(format!("the event does not parse: {}", r.detail)),
-                unavailable: None,
-            },
+        let mut unavailable = None;
+        let outcome = match self.parse_unverified(body) {
+            Err(r) => {
+                let why = format!("the event does not parse: {}", r.detail);
+                Outcome::rejected(r, Some(why))
+            }
             Ok((parsed, _)) => {
-                let (disposition, error, unavailable) = match self.settle(&parsed, None).await {
-                    Ok(d) => (d, None, None),
-                    Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
+                let (disposition, error) = match self.settle(&parsed, None).await {
+                    Ok(d) => (d, None),
+                    Err(e) => {
+                        unavailable = e.unavailable();
+                        (Disposition::Error, Some(e.summary()))
+                    }
                 };
-                Recovered {
+                // The recovered line names the event only, as it always has.
+                Outcome {
                     event_id: Some(parsed.event_id),
+                    event_type: None,
+                    delivery_id: None,
                     disposition,
                     error,
-                    unavailable,
                 }
             }
         };
-        let mut fields = Map::new();
-        fields.insert("provider".into(), self.name.into());
-        if let Some(id) = &recovered.event_id {
-            fields.insert("event_id".into(), id.as_str().into());
-        }
-        fields.insert("disposition".into(), recovered.disposition.name().into());
-        if let Some(error) = &recovered.error {
-            fields.insert("error".into(), error.as_str().into());
-        }
-        fields.insert(
-            "latency_ms".into(),
-            (started.elapsed().as_secs_f64() * 1000.0).into(),
+        self.log_outcome(
+            Via::SenderApi,
+            &outcome,
+            started.elapsed().as_secs_f64() * 1000.0,
         );
-        let level = if recovered.error.is_some() {
-            Level::Error
-        } else {
-            Level::Info
-        };
-        self.log.write(level, "recovered", fields);
-        recovered
+        Recovered {
+            event_id: outcome.event_id,
+            disposition: outcome.disposition,
+            error: outcome.error,
+            unavailable,
+        }
     }
 }
 

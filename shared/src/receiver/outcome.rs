@@ -1,0 +1,177 @@
+//! The one outcome of an event, whichever way it arrived, and its one log line. Each entry
+//! point (the API Gateway request, a spilled record, an event read from the sender's API) is
+//! an adapter that admits the event its own way, settles it through the same claim, and hands
+//! the outcome here with what its way of arriving adds to the line.
+
+use serde::Serialize;
+
+use super::{Level, Provider, Receiver};
+use crate::ids::EventId;
+use crate::metrics;
+use crate::response::Disposition;
+
+/// What happened to one event.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The ledger key, once the event parsed.
+    pub(crate) event_id: Option<EventId>,
+    /// The provider's event type, once it parsed.
+    pub(crate) event_type: Option<String>,
+    /// The sender's id of this delivery attempt, when it is not the event id.
+    pub(crate) delivery_id: Option<EventId>,
+    /// Processed, ignored, duplicate, queued, rejected or error.
+    pub(crate) disposition: Disposition,
+    /// Why it was not applied (or how it was kept), in our own words: never request data.
+    pub(crate) error: Option<String>,
+}
+
+impl Outcome {
+    /// Refused before it parsed.
+    pub(crate) fn rejected(rejection: crate::response::Rejection, error: Option<String>) -> Self {
+        Self {
+            event_id: None,
+            event_type: None,
+            delivery_id: None,
+            disposition: Disposition::Rejected(rejection),
+            error,
+        }
+    }
+
+    /// Not applied, for our own reason, before it parsed.
+    pub(crate) fn failed(error: String) -> Self {
+        Self {
+            event_id: None,
+            event_type: None,
+            delivery_id: None,
+            disposition: Disposition::Error,
+            error: Some(error),
+        }
+    }
+
+    /// Processed, ignored or duplicate: the claim holds it.
+    fn applied(&self) -> bool {
+        matches!(
+            self.disposition,
+            Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
+        )
+    }
+}
+
+/// How the event arrived, with what the line says of that.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// A webhook through API Gateway: a `delivery` line with the answer's status, and the
+    /// `Deliveries` and `LatencyMs` metrics.
+    Webhook {
+        /// API Gateway's request id, as in its access log.
+        request_id: Option<&'a str>,
+    },
+    /// A record of the spill queue: a `drained` line with the `Drained` metric.
+    Spill {
+        /// SQS's id of the message.
+        sqs_message_id: &'a str,
+        /// How many times SQS has handed it out.
+        receive_count: u64,
+        /// How long since the delivery first arrived, once the record was read.
+        queued_seconds: Option<u64>,
+    },
+    /// An event read from the sender's own API (a recover function): a `recovered` line.
+    SenderApi,
+}
+
+/// The line's metric members, by `Provider` and `Disposition`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Metrics<'a> {
+    Delivery(metrics::Delivery<'a>),
+    Drained(metrics::Drained<'a>),
+}
+
+/// The one log line of an event, written straight from these fields.
+#[derive(Serialize)]
+struct Line<'a> {
+    provider: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sqs_message_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_id: Option<&'a str>,
+    disposition: &'a str,
+    /// The HTTP answer, for a webhook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receive_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queued_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    latency_ms: f64,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    metrics: Option<Metrics<'a>>,
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Logs an event's one line: `delivery` (at ERROR only for our own failure: a refused
+    /// webhook is the sender's), `drained` or `recovered` (at ERROR whenever it was not
+    /// applied: it will come back, or is left for an operator).
+    pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
+        let disposition = outcome.disposition.name();
+        let mut line = Line {
+            provider: self.name,
+            request_id: None,
+            sqs_message_id: None,
+            event_id: outcome.event_id.as_ref().map(EventId::as_str),
+            event_type: outcome.event_type.as_deref(),
+            delivery_id: outcome.delivery_id.as_ref().map(EventId::as_str),
+            disposition,
+            status: None,
+            problem: None,
+            receive_count: None,
+            queued_seconds: None,
+            error: outcome.error.as_deref(),
+            latency_ms,
+            metrics: None,
+        };
+        let (message, level) = match via {
+            Via::Webhook { request_id } => {
+                line.request_id = request_id;
+                line.status = Some(outcome.disposition.status().as_u16());
+                if let Disposition::Rejected(r) = &outcome.disposition {
+                    line.problem = Some(r.problem.slug());
+                }
+                line.metrics = Some(Metrics::Delivery(metrics::Delivery::new(
+                    self.name,
+                    disposition,
+                    latency_ms,
+                )));
+                let error = matches!(outcome.disposition, Disposition::Error);
+                ("delivery", error)
+            }
+            Via::Spill {
+                sqs_message_id,
+                receive_count,
+                queued_seconds,
+            } => {
+                line.sqs_message_id = Some(sqs_message_id);
+                line.receive_count = Some(receive_count);
+                line.queued_seconds = queued_seconds;
+                line.metrics = Some(Metrics::Drained(metrics::Drained::new(
+                    self.name,
+                    disposition,
+                )));
+                ("drained", !outcome.applied())
+            }
+            Via::SenderApi => ("recovered", !outcome.applied()),
+        };
+        let level = if level { Level::Error } else { Level::Info };
+        self.log.write(level, message, &line);
+    }
+}
