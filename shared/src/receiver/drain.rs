@@ -49,27 +49,17 @@ impl<P: Provider> Receiver<P> {
                     received_at,
                 }) => {
                     queued_seconds = Some(unix_now().saturating_sub(received_at));
-                    let (disposition, error) = match unavailable {
-                        Some(reason) => (
-                            Disposition::Error,
-                            Some(format!("not tried: the database is unavailable ({reason})")),
-                        ),
-                        None => match self.settle(&parsed, Some(sha)).await {
-                            Ok(disposition) => (disposition, None),
-                            Err(e) => {
-                                unavailable = e.unavailable();
-                                (Disposition::Error, Some(e.summary()))
-                            }
-                        },
-                    };
-                    // The drained line names the event, as before: its type and delivery id
-                    // are the webhook's line's.
-                    Outcome {
-                        event_id: Some(parsed.event_id),
-                        event_type: None,
-                        delivery_id: None,
-                        disposition,
-                        error,
+                    if let Some(reason) = unavailable {
+                        let why = format!("not tried: the database is unavailable ({reason})");
+                        Outcome {
+                            event_id: Some(parsed.event_id),
+                            ..Outcome::failed(why)
+                        }
+                    } else {
+                        let settled = self.settle(&parsed, Some(sha)).await;
+                        let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+                        unavailable = cause;
+                        outcome
                     }
                 }
             };

@@ -48,6 +48,27 @@ impl Outcome {
         }
     }
 
+    /// A parsed event's outcome, named by its id alone (the `drained` and `recovered` lines
+    /// carry no type or delivery id): the disposition it settled with, or the failure's
+    /// summary. With the failure's cause when it was the database being unavailable.
+    pub(crate) fn settled(
+        event_id: EventId,
+        settled: Result<Disposition, crate::db::DeliveryError>,
+    ) -> (Self, Option<&'static str>) {
+        let (disposition, error, unavailable) = match settled {
+            Ok(disposition) => (disposition, None, None),
+            Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
+        };
+        let outcome = Self {
+            event_id: Some(event_id),
+            event_type: None,
+            delivery_id: None,
+            disposition,
+            error,
+        };
+        (outcome, unavailable)
+    }
+
     /// Processed, ignored or duplicate: the claim holds it.
     fn applied(&self) -> bool {
         matches!(

@@ -48,21 +48,10 @@ impl<P: Provider> Receiver<P> {
                 Outcome::rejected(r, Some(why))
             }
             Ok((parsed, _)) => {
-                let (disposition, error) = match self.settle(&parsed, None).await {
-                    Ok(d) => (d, None),
-                    Err(e) => {
-                        unavailable = e.unavailable();
-                        (Disposition::Error, Some(e.summary()))
-                    }
-                };
-                // The recovered line names the event only, as it always has.
-                Outcome {
-                    event_id: Some(parsed.event_id),
-                    event_type: None,
-                    delivery_id: None,
-                    disposition,
-                    error,
-                }
+                let settled = self.settle(&parsed, None).await;
+                let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+                unavailable = cause;
+                outcome
             }
         };
         self.log_outcome(
