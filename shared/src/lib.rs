@@ -119,7 +119,10 @@
 //! [`config`], [`timestamp`], [`migrate`] (its migrations), [`secrets`] (how its secret is read)
 //! and, for tests that build a receiver, [`db`] and [`log`]. Public enums that may grow are
 //! `#[non_exhaustive]`. The modules left out of this documentation serve this workspace's own
-//! scheduled functions and may change in any release.
+//! scheduled functions and may change in any release. A connection of one's own
+//! (`db::Settings::connect`) and the senders' HTTPS client (`sender_api`) exist only with the
+//! `jobs` feature, which the jobs turn on and a provider crate does not: its code is handed a
+//! claim's transaction, never a connection.
 //!
 //! [`Sign`]: verify::Sign
 
@@ -150,6 +153,7 @@ mod response;
 pub mod scheduled;
 pub mod secrets;
 #[doc(hidden)]
+#[cfg(feature = "jobs")]
 pub mod sender_api;
 pub mod spill;
 pub mod timestamp;

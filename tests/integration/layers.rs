@@ -89,3 +89,39 @@ fn the_shared_crate_s_modules_import_one_way() {
         "import cycles among shared/src modules"
     );
 }
+
+/// A provider crate is handed a claim's transaction, never a connection: none of the registered
+/// ones (each `functions/*` crate with a registry table, and the out-of-tree example) turns on
+/// the shared crate's `jobs` feature, without which `db::Settings::connect` and `sender_api` do
+/// not exist. Only the jobs (sweep, relay, migrate, recover), the tools and the tests do.
+#[test]
+fn no_provider_crate_can_open_a_connection_of_its_own() {
+    let root = functions::workspace_root();
+    let mut manifests: Vec<_> = std::fs::read_dir(root.join("functions"))
+        .expect("functions/")
+        .filter_map(|e| Some(e.ok()?.path().join("Cargo.toml")))
+        .collect();
+    manifests.push(root.join("examples/paddle/Cargo.toml"));
+    let mut providers = 0;
+    for manifest in manifests {
+        let text = std::fs::read_to_string(&manifest).expect("a manifest");
+        if !text.contains("[package.metadata.claimonce]") {
+            continue;
+        }
+        providers += 1;
+        let dependencies = text
+            .split_once("\n[dependencies]\n")
+            .map(|(_, rest)| rest.split("\n[").next().unwrap_or(""))
+            .expect("a [dependencies] table");
+        let claimonce = dependencies
+            .lines()
+            .find(|l| l.starts_with("claimonce ") || l.starts_with("claimonce."))
+            .expect("a claimonce dependency");
+        assert!(
+            !claimonce.contains("jobs"),
+            "{}: a provider crate turns on claimonce's jobs feature: {claimonce}",
+            manifest.display()
+        );
+    }
+    assert!(providers >= 5, "{providers} provider crates found");
+}

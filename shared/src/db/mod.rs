@@ -18,10 +18,17 @@ pub use self::settings::{Settings, Timeouts};
 use crate::pg_error::connection_lost;
 
 impl Settings {
+    /// A connection of its own, for a job (feature `jobs`): [`Settings::open`]. A receiver's
+    /// provider is never handed one; its work runs through [`Database::run`].
+    #[cfg(feature = "jobs")]
+    pub async fn connect(&self) -> Result<Connection, ConnectError> {
+        self.open().await
+    }
+
     /// Opens a connection within the connect timeout and drives it on its own task. With a
     /// Secrets Manager secret, credentials the server refuses make it read the secret again,
     /// once, and try again (the password was rotated since the secret was read).
-    pub async fn connect(&self) -> Result<Connection, ConnectError> {
+    pub(crate) async fn open(&self) -> Result<Connection, ConnectError> {
         match self.connect_once().await {
             Err(e) if e.refused_credentials() => match self.reread_secret().await {
                 Ok(true) => self.connect_once().await,
@@ -286,7 +293,7 @@ impl Database {
         if slot.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(None);
         }
-        let connection = slot.insert(self.settings.connect().await?);
+        let connection = slot.insert(self.settings.open().await?);
         let read = tokio::time::timeout(
             self.settings.timeouts().delivery,
             connection.query_typed(STATEMENT_BOUND, &[]),
@@ -370,10 +377,7 @@ impl Database {
                 None => {
                     self.reconnects
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.settings
-                        .connect()
-                        .await
-                        .map_err(DeliveryError::Connect)?
+                    self.settings.open().await.map_err(DeliveryError::Connect)?
                 }
             };
             let connection = slot.insert(connection);
