@@ -120,7 +120,7 @@ impl RustEffect for NoRustEffect {
 }
 
 /// One call of an effect function, a PL/pgSQL function that a migration added (see the
-/// README's "Adding a provider"), in the claim's one statement: what [`Plan::Call`] carries.
+/// `docs/providers.md`), in the claim's one statement: what [`Plan::Call`] carries.
 #[derive(Debug)]
 pub struct Effect {
     function: &'static str,

@@ -2,6 +2,7 @@
 
 mod boundary;
 mod connection;
+mod docs;
 mod faults;
 mod gate;
 mod lambda;

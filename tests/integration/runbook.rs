@@ -1,4 +1,4 @@
-//! The AWS CLI commands of DEPLOY.md and OPERATIONS.md, read from the pages themselves: each
+//! The AWS CLI commands of README.md, DEPLOY.md and OPERATIONS.md, read from the pages themselves: each
 //! names only outputs and parameters the template has, and every `aws lambda invoke` runs as
 //! written with CLI v2 (a `--payload` in raw JSON needs `--cli-binary-format
 //! raw-in-base64-out`, or v2 answers "Invalid base64") and waits for a function that runs
@@ -6,7 +6,8 @@
 //! a second migrate run reports a spurious lock timeout while the first succeeds). Running
 //! them needs an account; these checks are what can be held without one.
 
-const PAGES: [(&str, &str); 2] = [
+const PAGES: [(&str, &str); 3] = [
+    ("README.md", include_str!("../../README.md")),
     ("DEPLOY.md", include_str!("../../DEPLOY.md")),
     ("OPERATIONS.md", include_str!("../../OPERATIONS.md")),
 ];
