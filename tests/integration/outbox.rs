@@ -533,6 +533,46 @@ async fn the_relay_has_only_the_relay_roles_rights_and_a_relay_login_suffices() 
     );
 }
 
+/// A run that failed did not measure the backlog: its line leaves `OutboxOldestPendingSeconds`
+/// out, so the backlog alarm (missing data breaching) is not told "0 s" by a relay that cannot
+/// reach its rows. A run that reached the end reports it.
+#[tokio::test]
+async fn a_failed_relay_run_reports_no_backlog_age() {
+    let db = TestDb::new().await;
+    messages(&db.client().await, 2).await;
+    let run = |db: &TestDb| {
+        let (log, lines) = claimonce::log::Log::capture();
+        let relay = outbox_relay::Relay::new(
+            db.settings(),
+            options(25),
+            Recording::default(),
+            log,
+            "outbox-relay".into(),
+        );
+        async move {
+            let ran = relay.run(&plenty()).await;
+            let line = lines.lock().expect("log").join("\n");
+            (ran.is_ok(), line)
+        }
+    };
+    let (ok, line) = run(&db).await;
+    assert!(ok, "{line}");
+    assert!(line.contains(r#""OutboxOldestPendingSeconds":"#), "{line}");
+    messages(&db.client().await, 1).await;
+    db.client()
+        .await
+        .batch_execute("REVOKE UPDATE ON outbox FROM claimonce_relay")
+        .await
+        .expect("revoke");
+    let (ok, line) = run(&db).await;
+    assert!(
+        !ok && line.contains("sqlstate 42501"),
+        "the run failed: {line}"
+    );
+    assert!(!line.contains("OutboxOldestPendingSeconds"), "{line}");
+    assert!(!line.contains("oldest_pending_seconds"), "{line}");
+}
+
 #[tokio::test]
 async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
     let db = TestDb::new().await;

@@ -532,12 +532,8 @@ impl<D: Dispatch> Relay<D> {
         line.insert("failed".into(), report.failed.into());
         line.insert("batches".into(), report.batches.into());
         line.insert("finished".into(), report.finished.into());
-        line.insert(
-            "oldest_pending_seconds".into(),
-            report.oldest_pending_seconds.into(),
-        );
         line.insert("set_aside".into(), report.set_aside.into());
-        let metrics = [
+        let mut metrics = vec![
             Metric {
                 name: "OutboxDispatched",
                 unit: "Count",
@@ -549,16 +545,24 @@ impl<D: Dispatch> Relay<D> {
                 value: report.failed as f64,
             },
             Metric {
-                name: "OutboxOldestPendingSeconds",
-                unit: "Seconds",
-                value: report.oldest_pending_seconds,
-            },
-            Metric {
                 name: "OutboxSetAside",
                 unit: "Count",
                 value: report.set_aside as f64,
             },
         ];
+        // Measured only by a run that reached the end: a failed run reports no age, so the
+        // backlog alarm sees missing data (breaching) instead of a 0 that hides the backlog.
+        if report.error.is_none() {
+            line.insert(
+                "oldest_pending_seconds".into(),
+                report.oldest_pending_seconds.into(),
+            );
+            metrics.push(Metric {
+                name: "OutboxOldestPendingSeconds",
+                unit: "Seconds",
+                value: report.oldest_pending_seconds,
+            });
+        }
         scheduled::finish_report(
             &mut line,
             started,
