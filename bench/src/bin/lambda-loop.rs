@@ -8,9 +8,15 @@
 //! nanoseconds), wakeups are the voluntary context switches (each blocking wait the process
 //! pays for, alone, as a Lambda function does).
 //!
+//! The floor is measured in the same run: `bare-runtime`, a `lambda_runtime` function with
+//! nothing of ours in it that reads the raw event and answers a fixed 400, under the same
+//! emulator; each row says how many times the floor it costs. `--processes N` runs N copies of
+//! each function side by side (one emulator each), as N warm execution environments share a
+//! host, and sums their CPU.
+//!
 //! ```text
-//! cargo build --release -p stripe-webhook
-//! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--binary PATH]
+//! cargo build --release -p stripe-webhook -p claimonce-bench --bin bare-runtime
+//! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--processes 1] [--binary PATH]
 //! ```
 
 use std::time::Duration;
@@ -47,15 +53,23 @@ fn usage(pid: u32) -> (u64, u64) {
     total
 }
 
-const USAGE: &str = "usage: lambda-loop [--deliveries 2000] [--binary PATH]
+const USAGE: &str = "usage: lambda-loop [--deliveries 2000] [--processes 1] [--binary PATH]
   --deliveries N    deliveries of each kind
+  --processes N     copies of each function run side by side, one emulator each
   --binary PATH     the function to measure (default target/release/stripe-webhook), e.g. a
                     build with symbols for a profiler";
 
-/// (deliveries, binary), or the message to print and the exit code.
-fn args() -> Result<(u64, Option<std::path::PathBuf>), (String, u8)> {
+/// What to run.
+struct Args {
+    deliveries: u64,
+    processes: u64,
+    binary: Option<std::path::PathBuf>,
+}
+
+/// The arguments, or the message to print and the exit code.
+fn args() -> Result<Args, (String, u8)> {
     use lexopt::prelude::*;
-    let (mut deliveries, mut binary) = (2000, None);
+    let (mut deliveries, mut binary, mut processes) = (2000, None, 1);
     let mut parser = lexopt::Parser::from_env();
     let bad = |e: lexopt::Error| (format!("lambda-loop: {e}\n{USAGE}"), 2);
     while let Some(arg) = parser.next().map_err(bad)? {
@@ -63,16 +77,25 @@ fn args() -> Result<(u64, Option<std::path::PathBuf>), (String, u8)> {
             Long("deliveries") => {
                 deliveries = parser.value().map_err(bad)?.parse().map_err(bad)?;
             }
+            Long("processes") => {
+                processes = parser.value().map_err(bad)?.parse().map_err(bad)?;
+            }
             Long("binary") => binary = Some(parser.value().map_err(bad)?.into()),
             Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
             other => return Err(bad(other.unexpected())),
         }
     }
-    Ok((deliveries, binary))
+    Ok(Args {
+        deliveries,
+        processes: processes.max(1),
+        binary,
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
+    /// The bare runtime's fixed answer to the rejected delivery's event.
+    Floor,
     Rejected,
     NewCheckout,
     Duplicate,
@@ -83,6 +106,7 @@ enum Kind {
 impl Kind {
     fn name(self) -> &'static str {
         match self {
+            Kind::Floor => "bare lambda_runtime, a fixed 400 (the floor)",
             Kind::Rejected => "rejected (bad signature)",
             Kind::NewCheckout => "new checkout (claim, customer, outbox)",
             Kind::Duplicate => "duplicate",
@@ -94,7 +118,7 @@ impl Kind {
     /// The event of delivery `n` and the status code it must get.
     fn delivery(self, n: u64) -> (String, &'static [u8]) {
         match self {
-            Kind::Rejected => (
+            Kind::Floor | Kind::Rejected => (
                 stripe_event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false),
                 b"400",
             ),
@@ -133,16 +157,96 @@ fn status_is(
     matches!(outcome, Ok(Outcome::Response(p)) if p.windows(needle.len()).any(|w| w == needle.as_slice()))
 }
 
+/// N copies of one function, each under its own emulator.
+struct Fleet {
+    apis: Vec<std::sync::Arc<RuntimeApi>>,
+    children: Vec<tokio::process::Child>,
+    pids: Vec<u32>,
+}
+
+impl Fleet {
+    async fn start(
+        name: &str,
+        processes: u64,
+        spawn: impl Fn(&RuntimeApi) -> tokio::process::Child,
+    ) -> Self {
+        let mut fleet = Fleet {
+            apis: Vec::new(),
+            children: Vec::new(),
+            pids: Vec::new(),
+        };
+        for _ in 0..processes {
+            let api = RuntimeApi::start(name).await.expect("api");
+            let child = spawn(&api);
+            fleet.pids.extend(child.id());
+            fleet.children.push(child);
+            fleet.apis.push(std::sync::Arc::new(api));
+        }
+        fleet
+    }
+
+    /// CPU (ns) and voluntary wakeups of every copy, summed.
+    fn usage(&self) -> (u64, u64) {
+        self.pids
+            .iter()
+            .map(|pid| usage(*pid))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// Sends `events`, shared out over the copies, each copy one at a time; returns how many
+    /// did not get their status.
+    async fn send(&self, events: Vec<(String, &'static [u8])>) -> u64 {
+        let copies = self.apis.len();
+        let mut shares: Vec<Vec<(String, &'static [u8])>> = vec![Vec::new(); copies];
+        for (i, event) in events.into_iter().enumerate() {
+            if let Some(share) = shares.get_mut(i % copies) {
+                share.push(event);
+            }
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (api, share) in self.apis.iter().zip(shares) {
+            let api = std::sync::Arc::clone(api);
+            tasks.spawn(async move {
+                let mut failures = 0;
+                for (e, expected) in share {
+                    if !status_is(&api.invoke(e, Duration::from_secs(10)).await, expected) {
+                        failures += 1;
+                    }
+                }
+                failures
+            });
+        }
+        let mut failures = 0;
+        while let Some(done) = tasks.join_next().await {
+            failures += done.unwrap_or(1);
+        }
+        failures
+    }
+
+    async fn stop(mut self) {
+        for child in &mut self.children {
+            let _ = child.kill().await;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let (deliveries, binary) = match args() {
+    let Args {
+        deliveries,
+        processes,
+        binary,
+    } = match args() {
         Ok(a) => a,
         Err(stop) => return claimonce_bench::exit_with(stop),
     };
     let root = claimonce_local::functions::workspace_root();
     let binary = binary.unwrap_or_else(|| root.join("target/release/stripe-webhook"));
-    if !binary.exists() {
-        eprintln!("lambda-loop: build it first: cargo build --release -p stripe-webhook");
+    let bare = root.join("target/release/bare-runtime");
+    if !binary.exists() || !bare.exists() {
+        eprintln!(
+            "lambda-loop: build them first: cargo build --release -p stripe-webhook -p claimonce-bench --bin bare-runtime"
+        );
         return std::process::ExitCode::FAILURE;
     }
     // Its own directory per run: a server of the previous run may still be going away.
@@ -158,67 +262,79 @@ async fn main() -> std::process::ExitCode {
         }
     };
 
-    let api = RuntimeApi::start("stripe-webhook").await.expect("api");
-    let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url);
-    let Some(pid) = child.id() else {
-        eprintln!("lambda-loop: the function did not start");
+    let floor = Fleet::start("bare-runtime", processes, |api| {
+        api.command(&bare, &[])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the bare runtime")
+    })
+    .await;
+    let stripe = Fleet::start("stripe-webhook", processes, |api| {
+        claimonce_bench::spawn_stripe(api, &binary, &url)
+    })
+    .await;
+    if floor.pids.len() as u64 != processes || stripe.pids.len() as u64 != processes {
+        eprintln!("lambda-loop: a function did not start");
         return std::process::ExitCode::FAILURE;
-    };
-    let mut failures = 0;
-    // Warm up: the connection, the first-use allocations, and the duplicate's first copy.
-    for n in 0..200 {
-        let (e, _) = Kind::Credit.delivery(1_000_000 + n);
-        let _ = api.invoke(e, Duration::from_secs(10)).await;
     }
-    let (first_dup, _) = Kind::Duplicate.delivery(0);
-    if !status_is(
-        &api.invoke(first_dup, Duration::from_secs(10)).await,
-        b"200",
-    ) {
-        failures += 1;
-    }
+    // Warm up: the connections, the first-use allocations, and the duplicate's first copy.
+    let warm: Vec<_> = (0..200 * processes)
+        .map(|n| Kind::Credit.delivery(1_000_000 + n))
+        .collect();
+    let mut failures = stripe.send(warm).await;
+    failures += floor
+        .send(
+            (0..50 * processes)
+                .map(|n| Kind::Floor.delivery(n))
+                .collect(),
+        )
+        .await;
+    failures += stripe.send(vec![Kind::Duplicate.delivery(0)]).await;
 
     println!(
-        "function CPU and wakeups per delivery, {deliveries} deliveries each, one at a time under the Runtime API emulator:\n"
+        "function CPU and wakeups per delivery, {deliveries} deliveries each, {processes} process(es) of each function side by side under the Runtime API emulator:\n"
     );
-    println!("| delivery | function CPU µs | voluntary wakeups | CPU beyond a rejected one (µs) |");
-    println!("|---|---|---|---|");
-    let mut rejected_us = 0.0;
+    println!(
+        "| delivery | function CPU µs | voluntary wakeups | CPU beyond a rejected one (µs) | × the floor |"
+    );
+    println!("|---|---|---|---|---|");
+    let (mut floor_us, mut rejected_us) = (0.0, 0.0);
     for kind in [
+        Kind::Floor,
         Kind::Rejected,
         Kind::NewCheckout,
         Kind::Duplicate,
         Kind::Credit,
         Kind::Ignored,
     ] {
+        let fleet = if kind == Kind::Floor { &floor } else { &stripe };
         // Built before the clock starts: only the function's side is measured anyway, but
         // the emulator shares the machine.
-        let events: Vec<(String, &[u8])> = (0..deliveries).map(|n| kind.delivery(n)).collect();
-        let before = usage(pid);
-        for (e, expected) in events {
-            let outcome = api.invoke(e, Duration::from_secs(10)).await;
-            if !status_is(&outcome, expected) {
-                failures += 1;
-            }
-        }
-        let after = usage(pid);
+        let events: Vec<(String, &'static [u8])> =
+            (0..deliveries).map(|n| kind.delivery(n)).collect();
+        let before = fleet.usage();
+        failures += fleet.send(events).await;
+        let after = fleet.usage();
         let n = deliveries.max(1) as f64;
         let cpu_us = (after.0 - before.0) as f64 / 1000.0 / n;
         let wakeups = (after.1 - before.1) as f64 / n;
-        if kind == Kind::Rejected {
-            rejected_us = cpu_us;
+        match kind {
+            Kind::Floor => floor_us = cpu_us,
+            Kind::Rejected => rejected_us = cpu_us,
+            _ => {}
         }
+        let beyond = match kind {
+            Kind::Floor | Kind::Rejected => "—".to_owned(),
+            _ => format!("{:.1}", cpu_us - rejected_us),
+        };
         println!(
-            "| {} | {cpu_us:.1} | {wakeups:.2} | {} |",
+            "| {} | {cpu_us:.1} | {wakeups:.2} | {beyond} | {:.2} |",
             kind.name(),
-            if kind == Kind::Rejected {
-                "—".to_owned()
-            } else {
-                format!("{:.1}", cpu_us - rejected_us)
-            }
+            cpu_us / floor_us.max(f64::MIN_POSITIVE)
         );
     }
-    let _ = child.kill().await;
+    floor.stop().await;
+    stripe.stop().await;
     let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
     let _ = std::fs::remove_dir_all(&dir);
     if failures > 0 {
