@@ -53,23 +53,26 @@ fn usage(pid: u32) -> (u64, u64) {
     total
 }
 
-const USAGE: &str = "usage: lambda-loop [--deliveries 2000] [--processes 1] [--binary PATH]
+const USAGE: &str =
+    "usage: lambda-loop [--deliveries 2000] [--processes 1] [--binary PATH] [--bare PATH]
   --deliveries N    deliveries of each kind
   --processes N     copies of each function run side by side, one emulator each
   --binary PATH     the function to measure (default target/release/stripe-webhook), e.g. a
-                    build with symbols for a profiler";
+                    build with symbols, or a script that runs it under a profiler
+  --bare PATH       the floor's function (default target/release/bare-runtime), the same way";
 
 /// What to run.
 struct Args {
     deliveries: u64,
     processes: u64,
     binary: Option<std::path::PathBuf>,
+    bare: Option<std::path::PathBuf>,
 }
 
 /// The arguments, or the message to print and the exit code.
 fn args() -> Result<Args, (String, u8)> {
     use lexopt::prelude::*;
-    let (mut deliveries, mut binary, mut processes) = (2000, None, 1);
+    let (mut deliveries, mut binary, mut bare, mut processes) = (2000, None, None, 1);
     let mut parser = lexopt::Parser::from_env();
     let bad = |e: lexopt::Error| (format!("lambda-loop: {e}\n{USAGE}"), 2);
     while let Some(arg) = parser.next().map_err(bad)? {
@@ -81,6 +84,7 @@ fn args() -> Result<Args, (String, u8)> {
                 processes = parser.value().map_err(bad)?.parse().map_err(bad)?;
             }
             Long("binary") => binary = Some(parser.value().map_err(bad)?.into()),
+            Long("bare") => bare = Some(parser.value().map_err(bad)?.into()),
             Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
             other => return Err(bad(other.unexpected())),
         }
@@ -89,6 +93,7 @@ fn args() -> Result<Args, (String, u8)> {
         deliveries,
         processes: processes.max(1),
         binary,
+        bare,
     })
 }
 
@@ -223,9 +228,21 @@ impl Fleet {
         failures
     }
 
+    /// SIGTERM first, so a profiler the function runs under writes its data, then SIGKILL for
+    /// whatever has not gone within five seconds.
     async fn stop(mut self) {
+        for pid in &self.pids {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
         for child in &mut self.children {
-            let _ = child.kill().await;
+            if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
         }
     }
 }
@@ -236,13 +253,14 @@ async fn main() -> std::process::ExitCode {
         deliveries,
         processes,
         binary,
+        bare,
     } = match args() {
         Ok(a) => a,
         Err(stop) => return claimonce_bench::exit_with(stop),
     };
     let root = claimonce_local::functions::workspace_root();
     let binary = binary.unwrap_or_else(|| root.join("target/release/stripe-webhook"));
-    let bare = root.join("target/release/bare-runtime");
+    let bare = bare.unwrap_or_else(|| root.join("target/release/bare-runtime"));
     if !binary.exists() || !bare.exists() {
         eprintln!(
             "lambda-loop: build them first: cargo build --release -p stripe-webhook -p claimonce-bench --bin bare-runtime"
