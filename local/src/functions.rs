@@ -349,13 +349,20 @@ pub enum Binaries {
     Workspace,
 }
 
+impl Binaries {
+    /// The project (or this workspace) whose binaries these are.
+    fn root(self) -> PathBuf {
+        match self {
+            Binaries::Providers => project_root(),
+            Binaries::Workspace => workspace_root(),
+        }
+    }
+}
+
 /// Builds `which` binaries (debug profile) and returns the directory they are in. Cargo is
 /// whichever cargo is running us (`CARGO`), else the one on `PATH`.
 pub fn build(which: Binaries) -> io::Result<PathBuf> {
-    let root = match which {
-        Binaries::Providers => project_root(),
-        Binaries::Workspace => workspace_root(),
-    };
+    let root = which.root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
@@ -403,11 +410,7 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
 /// Where [`build`] leaves `which` binaries: `CARGO_TARGET_DIR`, else the project's (or this
 /// workspace's) `target`, debug profile.
 pub fn binaries_dir(which: Binaries) -> PathBuf {
-    let root = match which {
-        Binaries::Providers => project_root(),
-        Binaries::Workspace => workspace_root(),
-    };
     std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
+        .map_or_else(|| which.root().join("target"), PathBuf::from)
         .join("debug")
 }
