@@ -5,6 +5,7 @@
 //! The test harness and the `claimonce-local` command share all of it, and a provider crate's
 //! own tests, in this repository or out of it, take their databases from [`scratch`].
 
+pub mod bridge;
 pub mod functions;
 pub mod gateway;
 pub mod http;

@@ -132,6 +132,7 @@
 // a provider crate uses, so not in the documentation.
 #[doc(hidden)]
 pub mod auth;
+pub mod bridge;
 pub mod config;
 pub mod conventions;
 pub mod db;
@@ -161,6 +162,7 @@ pub mod verify;
 
 /// What a provider crate uses, in one import: `use claimonce::prelude::*;`.
 pub mod prelude {
+    pub use crate::bridge::Bridged;
     pub use crate::config::ConfigError;
     pub use crate::effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
     pub use crate::forward::Forwardable;
@@ -171,6 +173,7 @@ pub mod prelude {
     pub use tokio_postgres::types::Type;
 }
 
+pub use bridge::Bridged;
 pub use effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
 pub use forward::Forwardable;
 pub use ids::{EventId, MAX_EVENT_ID_LEN};

@@ -10,6 +10,7 @@
 
 use http::HeaderMap;
 
+use crate::bridge::Bridged;
 use crate::effect::{Plan, RustEffect};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
@@ -165,6 +166,16 @@ pub trait Provider: Send + Sync + 'static {
     /// transaction. Whatever it is runs only if this delivery wins the claim, and commits or
     /// rolls back with it.
     fn plan<'e>(&'e self, event: &'e Parsed<Self::Event>) -> Plan<Self::Rust<'e>>;
+
+    /// Unwraps an event its sender delivered through Amazon EventBridge (the envelope's
+    /// `detail`, as the sender wrote it) into the body and headers its webhook would have
+    /// carried, which [`Provider::parse`] then reads as it reads a webhook ([`crate::bridge`]).
+    /// `None`, the default, for a provider whose sender has no EventBridge integration: its
+    /// function takes no EventBridge event.
+    fn bridged<'d>(&self, detail: &'d str) -> Option<Result<Bridged<'d>, Rejection>> {
+        let _ = detail;
+        None
+    }
 }
 
 #[cfg(test)]

@@ -281,6 +281,11 @@ pub(crate) struct Restored {
 }
 
 impl Record {
+    /// The message's body, as SQS holds it.
+    pub(crate) fn body(&self) -> &str {
+        &self.body
+    }
+
     fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes.get(name)?.string_value.as_deref()
     }

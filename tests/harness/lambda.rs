@@ -98,9 +98,9 @@ pub fn sample_event(relative: &str) -> Value {
     serde_json::from_str(&text).expect("event JSON")
 }
 
-/// A scheduled function's binary (a recover function, the sweep) in one execution environment
-/// under the Runtime API emulator: several invocations reach the same process, as a warm
-/// Lambda environment's do. Its log lines are kept, for the test to read.
+/// A function's binary (a recover function, the sweep, a receiver given queue records) in one
+/// execution environment under the Runtime API emulator: several invocations reach the same
+/// process, as a warm Lambda environment's do. Its log lines are kept, for the test to read.
 #[derive(Debug)]
 pub struct Scheduled {
     api: RuntimeApi,

@@ -3,6 +3,7 @@
 mod boundary;
 mod connection;
 mod docs;
+mod eventbridge;
 mod faults;
 mod gate;
 mod lambda;

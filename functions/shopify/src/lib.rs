@@ -20,10 +20,12 @@ use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Scheme, lower_hex, split_secrets};
 use claimonce::{
-    Effect, EffectError, EventId, Param, Parsed, Plan, Problem, Provider, Rejection, RustEffect,
-    Signed, Tx, Type, Unsigned,
+    Bridged, Effect, EffectError, EventId, Param, Parsed, Plan, Problem, Provider, Rejection,
+    RustEffect, Signed, Tx, Type, Unsigned,
 };
+use lambda_http::http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// The header Shopify signs with (lower case, as `http` stores header names).
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
@@ -333,6 +335,50 @@ pub async fn add_to_timeline(
     Ok(())
 }
 
+/// Most headers a bridged event's `metadata` may hold (Shopify's carry about ten).
+const MAX_METADATA: usize = 64;
+
+/// Shopify's EventBridge `detail`: the webhook's body in `payload`, its headers in `metadata`
+/// (`X-Shopify-Topic`, `X-Shopify-Webhook-Id`, ...).
+#[derive(Deserialize)]
+struct BridgedDetail<'a> {
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    #[serde(default)]
+    metadata: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// Unwraps a Shopify webhook delivered through Amazon EventBridge: `payload` is the body, and
+/// `metadata`'s string values the headers, read by [`parse_event`] as a webhook's are. The
+/// ledger key is then the hash of EventBridge's JSON of the payload, not of the bytes an HTTP
+/// delivery of the same event carries: an event subscribed both ways is two claims, and both
+/// effects are newest-first, so the second changes nothing (ARCHITECTURE.md, "EventBridge").
+pub fn unwrap_bridged(detail: &str) -> Result<Bridged<'_>, Rejection> {
+    let detail: BridgedDetail<'_> = serde_json::from_str(detail).map_err(|_| {
+        invalid("the EventBridge detail is not a Shopify webhook (payload, metadata)")
+    })?;
+    if detail.metadata.len() > MAX_METADATA {
+        return Err(invalid(
+            "the EventBridge detail carries too many metadata entries",
+        ));
+    }
+    let mut headers = HeaderMap::new();
+    for (name, value) in &detail.metadata {
+        let Some(value) = value.as_str() else {
+            continue;
+        };
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid("a metadata name is not a header name"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| invalid("a metadata value is not a header value"))?;
+        headers.append(name, value);
+    }
+    Ok(Bridged {
+        body: detail.payload.get(),
+        headers,
+    })
+}
+
 impl Provider for Shopify {
     type Event = ShopifyEvent;
     type Rust<'e> = KeepOrder<'e>;
@@ -356,12 +402,15 @@ impl Provider for Shopify {
     fn plan<'e>(&'e self, event: &'e Parsed<ShopifyEvent>) -> Plan<KeepOrder<'e>> {
         plan(event)
     }
+
+    fn bridged<'d>(&self, detail: &'d str) -> Option<Result<Bridged<'d>, Rejection>> {
+        Some(unwrap_bridged(detail))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use claimonce::verify::Verified;
-    use lambda_http::http::HeaderMap;
 
     use super::*;
 
@@ -470,6 +519,45 @@ mod tests {
         }
         for amount in ["", "1.", ".5", "1e3", "1,5", "123456789012345678901"] {
             assert!(!is_amount(amount), "{amount}");
+        }
+    }
+
+    #[test]
+    fn a_bridged_event_reads_as_its_webhook_would() {
+        let detail = format!(
+            r#"{{"payload":{ORDER},"metadata":{{"Content-Type":"application/json",
+            "X-Shopify-Topic":"orders/updated","X-Shopify-Webhook-Id":"w-1",
+            "X-Shopify-Triggered-At":"2026-12-02T10:00:00Z","X-Shopify-Extra":7}}}}"#
+        );
+        let bridged = unwrap_bridged(&detail).expect("a Shopify detail");
+        assert_eq!(bridged.body, ORDER);
+        let sha = [1u8; 32];
+        let verified = Verified::default();
+        let parsed = parse_event(
+            &Signed::new(bridged.body.as_bytes(), &sha, &verified),
+            &Unsigned::new(&bridged.headers),
+        )
+        .expect("an order");
+        assert_eq!(parsed.event_type, "orders/updated");
+        assert_eq!(
+            parsed.delivery_id.as_ref().map(EventId::as_str),
+            Some("w-1")
+        );
+        let crowded: String = (0..=MAX_METADATA)
+            .map(|i| format!(r#""x-h{i}":"v""#))
+            .collect::<Vec<_>>()
+            .join(",");
+        for refused in [
+            r#"{"metadata":{"X-Shopify-Topic":"orders/updated"}}"#.to_owned(),
+            format!(r#"{{"payload":{ORDER},"metadata":{{"bad name":"v"}}}}"#),
+            format!(r#"{{"payload":{ORDER},"metadata":{{{crowded}}}}}"#),
+            "[]".to_owned(),
+        ] {
+            assert_eq!(
+                unwrap_bridged(&refused).expect_err("refused").problem,
+                Problem::InvalidPayload,
+                "{refused}"
+            );
         }
     }
 }

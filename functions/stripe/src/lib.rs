@@ -6,8 +6,8 @@ use claimonce::config::{self, ConfigError};
 use claimonce::verify::timestamp_v1::TimestampV1;
 use claimonce::verify::{Scheme, split_secrets};
 use claimonce::{
-    Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection, Signed, Type,
-    Unsigned,
+    Bridged, Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection,
+    Signed, Type, Unsigned,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -323,6 +323,13 @@ impl Provider for Stripe {
 
     fn plan<'e>(&'e self, event: &'e Parsed<StripeEvent>) -> Plan<NoRustEffect> {
         effect(event.event_id.as_str(), &event.event).into()
+    }
+
+    /// A Stripe event destination of type `amazon_eventbridge` puts the event itself in
+    /// `detail`, as a webhook's body holds it: the same id, so an event that arrives both ways
+    /// is claimed once.
+    fn bridged<'d>(&self, detail: &'d str) -> Option<Result<Bridged<'d>, Rejection>> {
+        Some(Ok(Bridged::body(detail)))
     }
 }
 

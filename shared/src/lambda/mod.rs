@@ -1,6 +1,7 @@
 //! The Lambda boundary: an API Gateway event (HTTP API payload 2.0 or REST API 1.0) in, the
-//! matching API Gateway response payload out; an SQS event from the spill queue in, a partial
-//! batch response out; and the runtime loop that serves them.
+//! matching API Gateway response payload out; an SQS event from the spill queue or the event
+//! queue (EventBridge, [`crate::bridge`]) in, a partial batch response out; and the runtime loop
+//! that serves them.
 //!
 //! The event is read by `event.rs` rather than by `lambda_http`'s own adapter because that
 //! adapter panics on a body flagged `isBase64Encoded` that is not base64; a request that cannot
@@ -103,8 +104,8 @@ impl<P: Provider> Receiver<P> {
     }
 
     /// Handles one invocation of the function: an API Gateway event is answered with its
-    /// response payload; an SQS event (the provider's spill queue) is drained and answered
-    /// with the messages to receive again.
+    /// response payload; an SQS event (the provider's spill queue, or its event queue of
+    /// EventBridge events) is applied and answered with the messages to receive again.
     pub async fn handle_invocation(&self, event: &str) -> Answer {
         let started = Instant::now();
         match read(event) {
@@ -222,12 +223,14 @@ pub async fn run_from_env<P: Provider>(
             )));
         }
         let spill = crate::spill::Spill::from_env()?;
+        let bridge = crate::bridge::Bridge::from_env(entry.provider)?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(
             Receiver::new(provider, Database::new(settings), limits, log.clone())
                 .with_secret_refresh(secrets, build, interval)
-                .with_spill(spill),
+                .with_spill(spill)
+                .with_bridge(bridge),
         )
     }
     .await;

@@ -18,14 +18,16 @@ struct Reparsed<E> {
 }
 
 impl<P: Provider> Receiver<P> {
-    /// Applies a batch of spilled deliveries (an SQS event from the provider's spill queue),
-    /// one after another on this environment's connection, each through the same claim and
-    /// effect as a webhook; returns the ones to receive again. A record from another queue, or
-    /// any record when this function has no spill queue, is applied never; a message that
-    /// cannot be read, belongs to another provider, does not verify or no longer parses fails
-    /// every time, and so reaches the dead-letter queue after the queue's stated receives; one
-    /// the database could not take comes back after its visibility timeout. One log line per
-    /// message (`drained`), with the `Drained` metric by provider and disposition.
+    /// Applies a batch of SQS records: each from the provider's spill queue (a spilled
+    /// delivery) or, with a [bridge](crate::bridge), from its event queue (an EventBridge
+    /// event), one after another on this environment's connection, each through the same claim
+    /// and effect as a webhook; returns the ones to receive again. A record from another queue,
+    /// or any record when this function has no spill queue and no event queue, is applied
+    /// never; a message that cannot be read, belongs to another provider or source, does not
+    /// verify or no longer parses fails every time, and so reaches the dead-letter queue after
+    /// the queue's stated receives; one the database could not take comes back after its
+    /// visibility timeout. One log line per message (`drained` or `bridged`), the spilled
+    /// ones with the `Drained` metric by provider and disposition.
     pub(crate) async fn drain(
         &self,
         records: &[crate::spill::Record],
@@ -36,31 +38,29 @@ impl<P: Provider> Receiver<P> {
         let mut unavailable: Option<&'static str> = None;
         for record in records {
             let started = Instant::now();
-            let mut queued_seconds = None;
-            let outcome = match self.restore(record).await {
-                Err(Refused::Unreadable(why)) => Outcome::failed(why),
-                Err(Refused::Unproven(rejection)) => {
-                    let why = format!("the spilled delivery does not verify: {}", rejection.detail);
-                    Outcome::rejected(rejection, Some(why))
+            let arn = record.event_source_arn.as_deref();
+            let receive_count = record.receive_count();
+            let eventbridge_id;
+            let (outcome, via) = match &self.bridge {
+                Some(bridge) if bridge.takes(arn) => {
+                    let outcome;
+                    (outcome, eventbridge_id) =
+                        self.bridged(bridge, record, &mut unavailable).await;
+                    let via = Via::EventBridge {
+                        sqs_message_id: &record.message_id,
+                        receive_count,
+                        eventbridge_id: eventbridge_id.as_deref(),
+                    };
+                    (outcome, via)
                 }
-                Ok(Reparsed {
-                    parsed,
-                    payload_sha256: sha,
-                    received_at,
-                }) => {
-                    queued_seconds = Some(unix_now().saturating_sub(received_at));
-                    if let Some(reason) = unavailable {
-                        let why = format!("not tried: the database is unavailable ({reason})");
-                        Outcome {
-                            event_id: Some(parsed.event_id),
-                            ..Outcome::failed(why)
-                        }
-                    } else {
-                        let settled = self.settle(&parsed, Some(sha)).await;
-                        let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
-                        unavailable = cause;
-                        outcome
-                    }
+                _ => {
+                    let (outcome, queued_seconds) = self.drained(record, &mut unavailable).await;
+                    let via = Via::Spill {
+                        sqs_message_id: &record.message_id,
+                        receive_count,
+                        queued_seconds,
+                    };
+                    (outcome, via)
                 }
             };
             if !matches!(
@@ -69,14 +69,56 @@ impl<P: Provider> Receiver<P> {
             ) {
                 response.fail(&record.message_id);
             }
-            let via = Via::Spill {
-                sqs_message_id: &record.message_id,
-                receive_count: record.receive_count(),
-                queued_seconds,
-            };
             self.log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
         }
         response
+    }
+
+    /// One spilled delivery's outcome, and how long since it first arrived once it was read.
+    async fn drained(
+        &self,
+        record: &crate::spill::Record,
+        unavailable: &mut Option<&'static str>,
+    ) -> (Outcome, Option<u64>) {
+        match self.restore(record).await {
+            Err(Refused::Unreadable(why)) => (Outcome::failed(why), None),
+            Err(Refused::Unproven(rejection)) => {
+                let why = format!("the spilled delivery does not verify: {}", rejection.detail);
+                (Outcome::rejected(rejection, Some(why)), None)
+            }
+            Ok(Reparsed {
+                parsed,
+                payload_sha256: sha,
+                received_at,
+            }) => {
+                let queued = unix_now().saturating_sub(received_at);
+                (
+                    self.settle_queued(parsed, Some(sha), unavailable).await,
+                    Some(queued),
+                )
+            }
+        }
+    }
+
+    /// A queued event's claim and effect, unless an earlier record of the batch found the
+    /// database unavailable; notes when this one does.
+    pub(super) async fn settle_queued(
+        &self,
+        parsed: Parsed<P::Event>,
+        payload_sha256: Option<[u8; 32]>,
+        unavailable: &mut Option<&'static str>,
+    ) -> Outcome {
+        if let Some(reason) = *unavailable {
+            let why = format!("not tried: the database is unavailable ({reason})");
+            return Outcome {
+                event_id: Some(parsed.event_id),
+                ..Outcome::failed(why)
+            };
+        }
+        let settled = self.settle(&parsed, payload_sha256).await;
+        let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+        *unavailable = cause;
+        outcome
     }
 
     /// A spilled message, proven and parsed again as its webhook was: the same bytes, the

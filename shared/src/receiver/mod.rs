@@ -8,6 +8,7 @@ use lambda_http::{Body, Request, Response};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
+mod bridged;
 mod drain;
 mod environment;
 mod outcome;
@@ -87,6 +88,9 @@ pub struct Receiver<P> {
     statement_bound: std::sync::OnceLock<crate::db::StatementBound>,
     /// Where a verified delivery goes when the database cannot take it ([`crate::spill`]).
     spill: Option<crate::spill::Spill>,
+    /// The partner event source and event queue it takes EventBridge events from
+    /// ([`crate::bridge`]).
+    bridge: Option<crate::bridge::Bridge>,
 }
 
 impl<P: Provider> Receiver<P> {
@@ -101,7 +105,15 @@ impl<P: Provider> Receiver<P> {
             log,
             statement_bound: std::sync::OnceLock::new(),
             spill: None,
+            bridge: None,
         }
+    }
+
+    /// Takes the events of `bridge`'s partner event source from its event queue
+    /// ([`crate::bridge`]); without one it takes no EventBridge event.
+    pub fn with_bridge(mut self, bridge: Option<crate::bridge::Bridge>) -> Self {
+        self.bridge = bridge;
+        self
     }
 
     /// Keeps a verified delivery on `spill` when the database cannot take it, and answers

@@ -96,6 +96,16 @@ pub(crate) enum Via<'a> {
         /// How long since the delivery first arrived, once the record was read.
         queued_seconds: Option<u64>,
     },
+    /// A record of the event queue, an event of the provider's partner event source through
+    /// EventBridge: a `bridged` line.
+    EventBridge {
+        /// SQS's id of the message.
+        sqs_message_id: &'a str,
+        /// How many times SQS has handed it out.
+        receive_count: u64,
+        /// EventBridge's id of the event, once its envelope opened.
+        eventbridge_id: Option<&'a str>,
+    },
     /// An event read from the sender's own API (a recover function): a `recovered` line.
     SenderApi,
 }
@@ -116,6 +126,8 @@ struct Line<'a> {
     request_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sqs_message_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    eventbridge_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     event_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,14 +153,15 @@ struct Line<'a> {
 
 impl<P: Provider> Receiver<P> {
     /// Logs an event's one line: `delivery` (at ERROR only for our own failure: a refused
-    /// webhook is the sender's), `drained` or `recovered` (at ERROR whenever it was not
-    /// applied: it will come back, or is left for an operator).
+    /// webhook is the sender's), `drained`, `bridged` or `recovered` (at ERROR whenever it was
+    /// not applied: it will come back, or is left for an operator).
     pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
         let disposition = outcome.disposition.name();
         let mut line = Line {
             provider: self.name,
             request_id: None,
             sqs_message_id: None,
+            eventbridge_id: None,
             event_id: outcome.event_id.as_ref().map(EventId::as_str),
             event_type: outcome.event_type.as_deref(),
             delivery_id: outcome.delivery_id.as_ref().map(EventId::as_str),
@@ -189,6 +202,16 @@ impl<P: Provider> Receiver<P> {
                     disposition,
                 )));
                 ("drained", !outcome.applied())
+            }
+            Via::EventBridge {
+                sqs_message_id,
+                receive_count,
+                eventbridge_id,
+            } => {
+                line.sqs_message_id = Some(sqs_message_id);
+                line.receive_count = Some(receive_count);
+                line.eventbridge_id = eventbridge_id;
+                ("bridged", !outcome.applied())
             }
             Via::SenderApi => ("recovered", !outcome.applied()),
         };

@@ -18,16 +18,19 @@ pub struct Recovered {
 }
 
 impl<P: Provider> Receiver<P> {
-    /// The provider's parser on an event read from its sender's API, with no signature to
-    /// check and no headers. The body's SHA-256 with it.
-    fn parse_unverified(&self, body: &[u8]) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
+    /// The provider's parser on an event that arrived with no signature to check (read from
+    /// its sender's API, or through EventBridge), with the headers its way of arriving gives.
+    /// The body's SHA-256 with it.
+    pub(super) fn parse_unverified(
+        &self,
+        body: &[u8],
+        headers: &http::HeaderMap,
+    ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
         let verified = crate::verify::Verified::default();
         let sha: [u8; 32] = Sha256::digest(body).into();
-        let headers = http::HeaderMap::new();
-        let parsed = self.provider().parse(
-            &Signed::new(body, &sha, &verified),
-            &Unsigned::new(&headers),
-        )?;
+        let parsed = self
+            .provider()
+            .parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
         Ok((parsed, sha))
     }
 
@@ -42,7 +45,7 @@ impl<P: Provider> Receiver<P> {
     pub async fn recover(&self, body: &[u8]) -> Recovered {
         let started = Instant::now();
         let mut unavailable = None;
-        let outcome = match self.parse_unverified(body) {
+        let outcome = match self.parse_unverified(body, &http::HeaderMap::new()) {
             Err(r) => {
                 let why = format!("the event does not parse: {}", r.detail);
                 Outcome::rejected(r, Some(why))

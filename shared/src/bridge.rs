@@ -1,0 +1,205 @@
+//! Amazon EventBridge as an entry point: a sender's partner event source (Stripe's event
+//! destinations, Shopify's EventBridge webhooks) delivers the provider's event, and a rule on
+//! that partner event bus puts each one on the function's event queue, whose records the same
+//! function applies through the same claim as a webhook.
+//!
+//! There is no signature to check: the sender wrote the event into EventBridge over its own
+//! authenticated partner integration, and what reaches the function is trusted for where it
+//! came from. A record is taken only from the function's own event queue (`eventSourceARN`
+//! equal to `EVENT_QUEUE_ARN`), and its envelope only when its `source` is the configured
+//! partner source (`<PROVIDER>_EVENT_SOURCE`) and its `account` the queue's own. Those checks
+//! keep out a misrouted event; a forged one could come only from a principal allowed to invoke
+//! the function or to write to the queue, which the template grants to nobody but EventBridge's
+//! rule (ARCHITECTURE.md, "EventBridge").
+//!
+//! Why a queue and not the rule invoking the function: EventBridge invokes a Lambda target
+//! asynchronously, and Lambda retries a failed asynchronous invocation twice within about three
+//! minutes before it gives the event up; a queue keeps a failed event for as many receives as
+//! it is told (days of a database outage), and its event source bounds how many executions,
+//! and so database connections, a burst of events takes (docs/decisions/).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::config::{self, ConfigError};
+
+/// The variable naming the function's event queue, whose records it takes as EventBridge
+/// events.
+pub const QUEUE_ARN_VAR: &str = "EVENT_QUEUE_ARN";
+
+/// The partner event source a provider's function takes events from, and its event queue.
+#[derive(Debug, Clone)]
+pub struct Bridge {
+    source: String,
+    queue_arn: String,
+    account: String,
+}
+
+impl Bridge {
+    /// The variable that names `provider`'s partner event source: `STRIPE_EVENT_SOURCE` for
+    /// `stripe`.
+    pub fn source_var(provider: &str) -> String {
+        format!("{}_EVENT_SOURCE", provider.to_ascii_uppercase())
+    }
+
+    /// From the environment: `<PROVIDER>_EVENT_SOURCE` (the partner event source's full
+    /// name, `aws.partner/stripe.com/ed_...`; unset: the function takes no EventBridge event
+    /// at all) and then [`EVENT_QUEUE_ARN`](QUEUE_ARN_VAR), required with it.
+    pub fn from_env(provider: &str) -> Result<Option<Self>, ConfigError> {
+        let var = Self::source_var(provider);
+        let Some(source) = config::optional(&var) else {
+            return Ok(None);
+        };
+        let queue_arn = config::optional(QUEUE_ARN_VAR).ok_or_else(|| {
+            ConfigError::new(format!(
+                "{var} is set but {QUEUE_ARN_VAR} is not: the function takes EventBridge events \
+                 only from its own event queue, named by that ARN"
+            ))
+        })?;
+        Self::new(&source, &queue_arn).map(Some)
+    }
+
+    /// The partner event source `source`, its events taken from the queue `queue_arn`
+    /// (`arn:<partition>:sqs:<region>:<account>:<name>`).
+    pub fn new(source: &str, queue_arn: &str) -> Result<Self, ConfigError> {
+        let parts: Vec<&str> = queue_arn.split(':').collect();
+        let account = match parts.as_slice() {
+            ["arn", _, "sqs", _, account, name]
+                if account.len() == 12
+                    && account.bytes().all(|b| b.is_ascii_digit())
+                    && !name.is_empty() =>
+            {
+                (*account).to_owned()
+            }
+            _ => {
+                return Err(ConfigError::new(format!(
+                    "{QUEUE_ARN_VAR} is not an SQS queue's ARN \
+                     (arn:<partition>:sqs:<region>:<account>:<name>)"
+                )));
+            }
+        };
+        if source.is_empty() || source.len() > 256 {
+            return Err(ConfigError::new(
+                "the event source variable is empty or longer than an event source's name".into(),
+            ));
+        }
+        Ok(Self {
+            source: source.to_owned(),
+            queue_arn: queue_arn.to_owned(),
+            account,
+        })
+    }
+
+    /// True when a record from the queue `arn` is an EventBridge event for this function.
+    pub(crate) fn takes(&self, arn: Option<&str>) -> bool {
+        arn == Some(self.queue_arn.as_str())
+    }
+
+    /// The envelope of an event queue message, when it is an event of the configured source
+    /// in the queue's own account; why not, data-free.
+    pub(crate) fn open<'r>(&self, body: &'r str) -> Result<Envelope<'r>, &'static str> {
+        let envelope: Envelope<'r> =
+            serde_json::from_str(body).map_err(|_| "the message is not an EventBridge event")?;
+        if envelope.source != self.source {
+            return Err("the event's source is not this function's partner event source");
+        }
+        if envelope.account != self.account {
+            return Err("the event's account is not the event queue's");
+        }
+        Ok(envelope)
+    }
+}
+
+/// The parts of an EventBridge event the function reads.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Envelope<'a> {
+    /// EventBridge's id of the event: logged, to find it in EventBridge's archive.
+    #[serde(borrow)]
+    pub(crate) id: Cow<'a, str>,
+    #[serde(borrow)]
+    source: Cow<'a, str>,
+    #[serde(borrow)]
+    account: Cow<'a, str>,
+    /// The sender's event, as the sender wrote it.
+    #[serde(borrow)]
+    pub(crate) detail: &'a RawValue,
+}
+
+/// A sender's event unwrapped from EventBridge's `detail` by its provider
+/// ([`Provider::bridged`](crate::Provider::bridged)): the body and the headers its webhook
+/// would have carried, for the provider's own parser.
+#[derive(Debug)]
+pub struct Bridged<'d> {
+    /// The event's JSON, as its webhook's body would hold it.
+    pub body: &'d str,
+    /// What the webhook's headers would have said (Shopify's topic), read by the parser as
+    /// it reads them from a webhook.
+    pub headers: http::HeaderMap,
+}
+
+impl<'d> Bridged<'d> {
+    /// A `detail` that is the event itself, with no headers (Stripe's).
+    pub fn body(detail: &'d str) -> Self {
+        Self {
+            body: detail,
+            headers: http::HeaderMap::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUEUE: &str = "arn:aws:sqs:us-east-1:123456789012:stack-stripe-events";
+    const SOURCE: &str = "aws.partner/stripe.com/ed_test_1";
+
+    fn event(source: &str, account: &str) -> String {
+        serde_json::json!({
+            "version": "0", "id": "eb-1", "detail-type": "invoice.paid", "source": source,
+            "account": account, "time": "2026-12-02T10:00:00Z", "region": "us-east-1",
+            "resources": [], "detail": {"id": "evt_1", "object": "event"}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn an_event_of_its_source_in_its_account_opens_and_no_other_does() {
+        let bridge = Bridge::new(SOURCE, QUEUE).expect("valid");
+        let good = event(SOURCE, "123456789012");
+        let envelope = bridge.open(&good).expect("opens");
+        assert_eq!(envelope.id, "eb-1");
+        assert_eq!(envelope.detail.get(), r#"{"id":"evt_1","object":"event"}"#);
+        for (body, why) in [
+            (
+                event("aws.partner/stripe.com/ed_other", "123456789012"),
+                "source",
+            ),
+            (event(SOURCE, "210987654321"), "account"),
+            ("{\"id\":\"x\"}".to_owned(), "EventBridge event"),
+            ("not json".to_owned(), "EventBridge event"),
+        ] {
+            let refused = bridge.open(&body).expect_err("refused");
+            assert!(refused.contains(why), "{refused}");
+        }
+        assert!(bridge.takes(Some(QUEUE)));
+        assert!(!bridge.takes(Some(&QUEUE.replace("events", "spill"))));
+        assert!(!bridge.takes(None));
+    }
+
+    #[test]
+    fn a_queue_arn_that_is_not_one_is_a_startup_error_naming_the_variable() {
+        for arn in [
+            "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+            "arn:aws:sqs:us-east-1:12345:q",
+            "arn:aws:sns:us-east-1:123456789012:q",
+            "arn:aws:sqs:us-east-1:123456789012:",
+        ] {
+            let error = Bridge::new(SOURCE, arn).expect_err(arn);
+            assert!(error.message().contains(QUEUE_ARN_VAR), "{arn}");
+        }
+        assert_eq!(Bridge::source_var("stripe"), "STRIPE_EVENT_SOURCE");
+    }
+}

@@ -1,0 +1,55 @@
+//! Events of the provider's partner event source, through EventBridge and the function's event
+//! queue ([`crate::bridge`]), settled through the same claim as a webhook.
+
+use super::*;
+use crate::bridge::Bridge;
+
+impl<P: Provider> Receiver<P> {
+    /// One event queue record's outcome, and EventBridge's id of the event once its envelope
+    /// opened. The envelope must name the configured partner source and the queue's account;
+    /// the provider unwraps its `detail` into what its webhook would carry and its own parser
+    /// reads that. No signature covers it (the sender wrote it into EventBridge itself), and
+    /// the claim stores no payload fingerprint: the JSON is EventBridge's, not the bytes a
+    /// webhook carried. An event that also arrived by webhook is a duplicate under the same
+    /// ledger key.
+    pub(super) async fn bridged<'r>(
+        &self,
+        bridge: &Bridge,
+        record: &'r crate::spill::Record,
+        unavailable: &mut Option<&'static str>,
+    ) -> (Outcome, Option<std::borrow::Cow<'r, str>>) {
+        let envelope = match bridge.open(record.body()) {
+            Ok(envelope) => envelope,
+            Err(why) => return (Outcome::failed(why.to_owned()), None),
+        };
+        let provider = self.provider();
+        let parsed = match provider.bridged(envelope.detail.get()) {
+            None => Err(Outcome::failed(
+                "this provider takes no EventBridge events".to_owned(),
+            )),
+            Some(Err(r)) => {
+                let why = format!("the event does not parse: {}", r.detail);
+                Err(Outcome::rejected(r, Some(why)))
+            }
+            Some(Ok(unwrapped)) => self
+                .parse_unverified(unwrapped.body.as_bytes(), &unwrapped.headers)
+                .map_err(|r| {
+                    let why = format!("the event does not parse: {}", r.detail);
+                    Outcome::rejected(r, Some(why))
+                }),
+        };
+        let outcome = match parsed {
+            Err(outcome) => outcome,
+            Ok((parsed, _)) => {
+                let event_type = parsed.event_type.clone();
+                let delivery_id = parsed.delivery_id.clone();
+                Outcome {
+                    event_type: Some(event_type),
+                    delivery_id,
+                    ..self.settle_queued(parsed, None, unavailable).await
+                }
+            }
+        };
+        (outcome, Some(envelope.id))
+    }
+}
