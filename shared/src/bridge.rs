@@ -29,11 +29,16 @@ use crate::config::{self, ConfigError};
 /// events.
 pub const QUEUE_ARN_VAR: &str = "EVENT_QUEUE_ARN";
 
+/// The variable naming the event queue's dead-letter queue, the one other queue whose records
+/// it takes (when an operator turns that event source on).
+pub const DEAD_LETTER_ARN_VAR: &str = "EVENT_DEAD_LETTER_QUEUE_ARN";
+
 /// The partner event source a provider's function takes events from, and its event queue.
 #[derive(Debug, Clone)]
 pub struct Bridge {
     source: String,
     queue_arn: String,
+    dead_letter_arn: Option<String>,
     account: String,
 }
 
@@ -46,7 +51,8 @@ impl Bridge {
 
     /// From the environment: `<PROVIDER>_EVENT_SOURCE` (the partner event source's full
     /// name, `aws.partner/stripe.com/ed_...`; unset: the function takes no EventBridge event
-    /// at all) and then [`EVENT_QUEUE_ARN`](QUEUE_ARN_VAR), required with it.
+    /// at all), then [`EVENT_QUEUE_ARN`](QUEUE_ARN_VAR), required with it, and
+    /// [`EVENT_DEAD_LETTER_QUEUE_ARN`](DEAD_LETTER_ARN_VAR), optional.
     pub fn from_env(provider: &str) -> Result<Option<Self>, ConfigError> {
         let var = Self::source_var(provider);
         let Some(source) = config::optional(&var) else {
@@ -58,7 +64,11 @@ impl Bridge {
                  only from its own event queue, named by that ARN"
             ))
         })?;
-        Self::new(&source, &queue_arn).map(Some)
+        let bridge = Self::new(&source, &queue_arn)?;
+        Ok(Some(Self {
+            dead_letter_arn: config::optional(DEAD_LETTER_ARN_VAR),
+            ..bridge
+        }))
     }
 
     /// The partner event source `source`, its events taken from the queue `queue_arn`
@@ -88,13 +98,15 @@ impl Bridge {
         Ok(Self {
             source: source.to_owned(),
             queue_arn: queue_arn.to_owned(),
+            dead_letter_arn: None,
             account,
         })
     }
 
-    /// True when a record from the queue `arn` is an EventBridge event for this function.
+    /// True when a record from the queue `arn` is an EventBridge event for this function: the
+    /// event queue's, or its dead-letter queue's.
     pub(crate) fn takes(&self, arn: Option<&str>) -> bool {
-        arn == Some(self.queue_arn.as_str())
+        arn.is_some_and(|arn| arn == self.queue_arn || self.dead_letter_arn.as_deref() == Some(arn))
     }
 
     /// The envelope of an event queue message, when it is an event of the configured source
