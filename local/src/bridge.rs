@@ -13,8 +13,13 @@ pub fn queue_arn(provider: &str) -> String {
     format!("arn:aws:sqs:us-east-1:{ACCOUNT}:claimonce-local-{provider}-events")
 }
 
+/// The local event queue's dead-letter queue.
+pub fn dead_letter_arn(provider: &str) -> String {
+    format!("{}-dead", queue_arn(provider))
+}
+
 /// The variables that make `provider`'s function take the events of partner source `source`
-/// from its local event queue.
+/// from its local event queue and that queue's dead-letter queue.
 pub fn function_env(provider: &str, source: &str) -> Vec<(String, String)> {
     vec![
         (
@@ -24,6 +29,10 @@ pub fn function_env(provider: &str, source: &str) -> Vec<(String, String)> {
         (
             claimonce::bridge::QUEUE_ARN_VAR.to_owned(),
             queue_arn(provider),
+        ),
+        (
+            claimonce::bridge::DEAD_LETTER_ARN_VAR.to_owned(),
+            dead_letter_arn(provider),
         ),
     ]
 }
