@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use crate::functions::Function;
+
 /// The account the local event queue is in, as its ARN says.
 pub const ACCOUNT: &str = "000000000000";
 
@@ -60,4 +62,33 @@ pub fn sqs_event(arn: &str, events: &[(&str, &Value)], receive: u32) -> Value {
 /// samples under `events/<provider>/` that are not API Gateway events are.
 pub fn is_eventbridge(event: &Value) -> bool {
     event.get("detail-type").is_some() && event.get("detail").is_some()
+}
+
+/// The partner event source the local run gives `function`: the one its EventBridge samples
+/// name (the first's); `None` for a function that has none.
+pub fn local_source(function: &Function) -> Option<String> {
+    let first = function.eventbridge_samples().into_iter().next()?;
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(first).ok()?).ok()?;
+    event.get("source")?.as_str().map(str::to_owned)
+}
+
+/// The local route a function takes EventBridge events on: the gateway hands each event to it
+/// as a record of its event queue.
+pub fn route(provider: &str) -> String {
+    format!("/eventbridge/{provider}")
+}
+
+/// What `claimonce-local send` posts for an EventBridge event: the event as the body, to the
+/// route of the provider whose local source the event names.
+pub fn request(registry: &[Function], event: &Value) -> Result<Value, String> {
+    let source = event.get("source").and_then(Value::as_str).unwrap_or("");
+    let function = registry
+        .iter()
+        .find(|f| local_source(f).as_deref() == Some(source))
+        .ok_or_else(|| format!("no function takes the EventBridge source {source:?} locally"))?;
+    Ok(json!({
+        "rawPath": route(function.provider),
+        "headers": {"content-type": "application/json"},
+        "body": event.to_string(),
+    }))
 }

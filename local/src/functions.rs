@@ -96,14 +96,29 @@ impl Function {
     /// Its sample events, `events/<provider>/*.json` of the project, in name order (none when
     /// it has no folder there).
     pub fn samples(&self) -> Vec<PathBuf> {
-        let dir = project_root().join("events").join(self.provider);
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
-            .unwrap_or_default();
-        found.retain(|p| p.extension().is_some_and(|x| x == "json"));
-        found.sort();
-        found
+        json_files(&project_root().join("events").join(self.provider))
     }
+
+    /// Its sample EventBridge events, `events/<provider>/eventbridge/*.json`, in name order:
+    /// a provider whose sender delivers through EventBridge has some.
+    pub fn eventbridge_samples(&self) -> Vec<PathBuf> {
+        json_files(
+            &project_root()
+                .join("events")
+                .join(self.provider)
+                .join("eventbridge"),
+        )
+    }
+}
+
+/// The `.json` files of `dir`, in name order (none when it does not exist).
+fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    found.retain(|p| p.extension().is_some_and(|x| x == "json"));
+    found.sort();
+    found
 }
 
 /// The registry's table in a provider crate's manifest.

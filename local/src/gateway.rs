@@ -19,11 +19,18 @@ use tokio::net::TcpListener;
 use crate::http::Reply;
 use crate::runtime_api::{Outcome, RuntimeApi};
 
-/// Routes: `/webhooks/<provider>` → that function's Runtime API.
+/// Routes: `/webhooks/<provider>` (and `/eventbridge/<provider>` for a function that takes
+/// EventBridge events) → that function's Runtime API.
 pub type Routes = HashMap<String, Arc<RuntimeApi>>;
 
 /// How long a request waits for its function (the template's function timeout).
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A number no earlier request of this process had.
+fn next_id() -> u64 {
+    static REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Builds the HTTP API v2 event for a request. Header names are lower-cased and repeated
 /// values joined with commas, as API Gateway does; a body that is not UTF-8 is base64.
@@ -47,9 +54,7 @@ pub fn event(method: &str, path: &str, query: &str, headers: &HeaderMap, body: &
     };
     let route = format!("{method} {path}");
     // One id per request, as API Gateway gives: the delivery line's `request_id`.
-    static REQUESTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let n = REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let request_id = format!("local{n:010}=");
+    let request_id = format!("local{:010}=", next_id());
     let epoch_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -143,14 +148,36 @@ async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Reply {
     let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
         return plain(StatusCode::BAD_REQUEST, "could not read the body");
     };
-    let event = event(
-        parts.method.as_str(),
-        &path,
-        parts.uri.query().unwrap_or(""),
-        &parts.headers,
-        &body,
-    );
+    // An EventBridge event goes to its function as a record of the function's event queue, as
+    // a rule and Lambda's event source mapping would hand it over; the answer is the batch
+    // response.
+    let bridged = path.strip_prefix("/eventbridge/");
+    let event = match bridged {
+        Some(provider) => {
+            let Ok(bridged) = serde_json::from_slice::<Value>(&body) else {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "the body is not an EventBridge event",
+                );
+            };
+            let id = format!("local-{:010}", next_id());
+            let arn = crate::bridge::queue_arn(provider);
+            crate::bridge::sqs_event(&arn, &[(&id, &bridged)], 1)
+        }
+        None => event(
+            parts.method.as_str(),
+            &path,
+            parts.uri.query().unwrap_or(""),
+            &parts.headers,
+            &body,
+        ),
+    };
     match function.invoke(event.to_string(), FUNCTION_TIMEOUT).await {
+        Ok(Outcome::Response(payload)) if bridged.is_some() => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Full::new(payload))
+            .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response")),
         Ok(Outcome::Response(payload)) => response(&payload),
         // API Gateway answers a function error with 502 and a generic message.
         Ok(Outcome::Error(_)) => plain(

@@ -185,7 +185,14 @@ async fn send(path: &str, url: &str) -> Result<(), String> {
         .ok_or("--url must be an http:// URL")?
         .trim_end_matches('/');
     let mut event = read_event(path)?;
-    sign::resign(&mut event, now()).map_err(|e| format!("{path}: {e}"))?;
+    if claimonce_local::bridge::is_eventbridge(&event) {
+        // Not signed: an EventBridge event carries no signature. Sent to the route of the
+        // function that takes its source, as a rule would put it on that function's queue.
+        let registry = functions::all()?;
+        event = claimonce_local::bridge::request(registry, &event)?;
+    } else {
+        sign::resign(&mut event, now()).map_err(|e| format!("{path}: {e}"))?;
+    }
     let (status, body) = gateway::send(authority, &event).await?;
     let route = sign::event_path(&event).unwrap_or("/");
     println!("POST {url}{route} -> {status}");
@@ -319,6 +326,12 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             None => function.dev_secret.to_owned(),
         };
         let mut env = vec![("DATABASE_URL", url.clone()), (function.secret_var, secret)];
+        let bridged = claimonce_local::bridge::local_source(function);
+        let bridge_env = bridged
+            .as_deref()
+            .map(|source| claimonce_local::bridge::function_env(function.provider, source))
+            .unwrap_or_default();
+        env.extend(bridge_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
         if let Some((moto, sqs, _)) = &spilling {
             use aws_sdk_sqs::types::QueueAttributeName;
             // A failed message back after 5 s rather than the template's 90, for a person
@@ -360,6 +373,12 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             }
             children.push(child);
         }
+        if bridged.is_some() {
+            routes.insert(
+                claimonce_local::bridge::route(function.provider),
+                Arc::clone(&api),
+            );
+        }
         routes.insert(function.path(), api);
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -382,6 +401,13 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             function.binary,
             function.dev_secret
         );
+        if let Some(source) = claimonce_local::bridge::local_source(function) {
+            println!(
+                "  POST {base}{}  ->  {} (EventBridge events of {source})",
+                claimonce_local::bridge::route(function.provider),
+                function.binary
+            );
+        }
     }
     println!();
     // A sample of the first provider that has one, as this project keeps them.

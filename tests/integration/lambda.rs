@@ -521,51 +521,63 @@ fn the_license_file_is_the_license_the_crates_declare() {
     }
 }
 
-/// The local run shows the spill queue (`--spill`): SIGUSR1 takes its database down for the
-/// functions and a sample sent then is answered `queued`; SIGUSR1 again brings it back, the
-/// run's drain (moto's SQS, as Lambda's event source mapping would) applies it, and the same
-/// sample sent again is a duplicate.
-#[tokio::test]
-async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_them_after() {
-    use tokio::io::AsyncBufReadExt as _;
-    let dir = std::env::temp_dir().join(format!("claimonce-local-spill-{}", std::process::id()));
-    let bins = binaries().await;
-    let local = bins.join("claimonce-local");
-    let mut run = tokio::process::Command::new(&local)
-        .args([
-            "run",
-            "--port",
-            "0",
-            "--instances",
-            "1",
-            "--json",
-            "--spill",
-        ])
-        .env("CLAIMONCE_LOCAL_DIR", &dir)
-        .env("CLAIMONCE_LOCAL_BINARIES", bins)
-        .env_remove("DATABASE_URL")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn claimonce-local");
-    let pid = run.id().expect("pid").to_string();
-    let (tx, mut said) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let mut lines = tokio::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if tx.send(line).is_err() {
-                break;
+/// A `claimonce-local run` of the workspace's binaries on a private database under `dir`,
+/// with `extra` arguments: the process, the base URL it serves, and the lines it prints next.
+struct LocalRun {
+    run: tokio::process::Child,
+    base: String,
+    said: tokio::sync::mpsc::UnboundedReceiver<String>,
+    local: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl LocalRun {
+    async fn start(name: &str, extra: &[&str]) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let dir =
+            std::env::temp_dir().join(format!("claimonce-local-{name}-{}", std::process::id()));
+        let bins = binaries().await;
+        let local = bins.join("claimonce-local");
+        let mut run = tokio::process::Command::new(&local)
+            .args(["run", "--port", "0", "--instances", "1", "--json"])
+            .args(extra)
+            .env("CLAIMONCE_LOCAL_DIR", &dir)
+            .env("CLAIMONCE_LOCAL_BINARIES", bins)
+            .env_remove("DATABASE_URL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn claimonce-local");
+        let (tx, said) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let mut lines = tokio::io::BufReader::new(run.stdout.take().expect("stdout")).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
             }
-        }
-    });
-    // The next line the run prints that `wanted` accepts, within a bound.
-    async fn until(
-        said: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-        wanted: impl Fn(&str) -> bool,
-    ) -> String {
+        });
+        let mut started = Self {
+            run,
+            base: String::new(),
+            said,
+            local,
+            dir,
+        };
+        started.base = started
+            .until(|l| l.starts_with("claimonce is running locally at "))
+            .await
+            .trim_start_matches("claimonce is running locally at ")
+            .to_owned();
+        started.until(|l| l.starts_with("Ctrl-C stops")).await;
+        started
+    }
+
+    /// The next line the run prints that `wanted` accepts, within a bound.
+    async fn until(&mut self, wanted: impl Fn(&str) -> bool) -> String {
         tokio::time::timeout(Duration::from_secs(300), async {
-            while let Some(line) = said.recv().await {
+            while let Some(line) = self.said.recv().await {
                 if wanted(&line) {
                     return line;
                 }
@@ -575,12 +587,35 @@ async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_
         .await
         .expect("the line within the bound")
     }
-    let base = until(&mut said, |l| {
-        l.starts_with("claimonce is running locally at ")
-    })
-    .await
-    .trim_start_matches("claimonce is running locally at ")
-    .to_owned();
+
+    /// `claimonce-local send <sample> --url <base>`: what it printed.
+    async fn send(&self, sample: &std::path::Path) -> String {
+        let output = tokio::process::Command::new(&self.local)
+            .arg("send")
+            .arg(sample)
+            .args(["--url", &self.base])
+            .output()
+            .await
+            .expect("send");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    }
+
+    async fn stop(mut self) {
+        let _ = self.run.start_kill();
+        let _ = self.run.wait().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The local run shows the spill queue (`--spill`): SIGUSR1 takes its database down for the
+/// functions and a sample sent then is answered `queued`; SIGUSR1 again brings it back, the
+/// run's drain (moto's SQS, as Lambda's event source mapping would) applies it, and the same
+/// sample sent again is a duplicate.
+#[tokio::test]
+async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_them_after() {
+    let mut run = LocalRun::start("spill", &["--spill"]).await;
+    let pid = run.run.id().expect("pid").to_string();
     let signal = |pid: &str| {
         let sent = std::process::Command::new("kill")
             .args(["-s", "USR1", pid])
@@ -589,35 +624,45 @@ async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_
         assert!(sent.success());
     };
     let sample = workspace_root().join("events/stripe/invoice.paid.json");
-    let send = || async {
-        let output = tokio::process::Command::new(&local)
-            .arg("send")
-            .arg(&sample)
-            .args(["--url", &base])
-            .output()
-            .await
-            .expect("send");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr)
-    };
-    until(&mut said, |l| l.starts_with("Ctrl-C stops")).await;
     signal(&pid);
-    until(&mut said, |l| {
-        l.contains("the database is down for the functions")
-    })
-    .await;
-    let queued = send().await;
+    run.until(|l| l.contains("the database is down for the functions"))
+        .await;
+    let queued = run.send(&sample).await;
     assert!(queued.contains(r#"{"disposition":"queued"}"#), "{queued}");
     signal(&pid);
-    until(&mut said, |l| l.contains("the database is back")).await;
-    let drained = until(&mut said, |l| l.contains(r#""message":"drained""#)).await;
+    run.until(|l| l.contains("the database is back")).await;
+    let drained = run.until(|l| l.contains(r#""message":"drained""#)).await;
     assert!(
         drained.contains(r#""disposition":"processed""#),
         "{drained}"
     );
-    let again = send().await;
+    let again = run.send(&sample).await;
     assert!(again.contains(r#"{"disposition":"duplicate"}"#), "{again}");
-    let _ = run.start_kill();
-    let _ = run.wait().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    run.stop().await;
+}
+
+/// The local run takes each EventBridge sample (`events/<provider>/eventbridge/`) on its
+/// function's EventBridge route: `send` of the Stripe and the Shopify one is applied (the
+/// batch response fails nothing, the `bridged` line says processed), and a second send is a
+/// duplicate.
+#[tokio::test]
+async fn the_local_run_sends_an_eventbridge_sample_to_its_function() {
+    let mut run = LocalRun::start("eventbridge", &[]).await;
+    for sample in [
+        "events/stripe/eventbridge/invoice.paid.json",
+        "events/shopify/eventbridge/orders.updated.json",
+    ] {
+        let sample = workspace_root().join(sample);
+        for disposition in ["processed", "duplicate"] {
+            let sent = run.send(&sample).await;
+            assert!(sent.contains("/eventbridge/"), "{sent}");
+            assert!(sent.contains(r#"{"batchItemFailures":[]}"#), "{sent}");
+            let line = run.until(|l| l.contains(r#""message":"bridged""#)).await;
+            assert!(
+                line.contains(&format!(r#""disposition":"{disposition}""#)),
+                "{line}"
+            );
+        }
+    }
+    run.stop().await;
 }
