@@ -262,3 +262,23 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
         1
     );
 }
+
+/// `sam local` gives each EventBridge provider's function the event queue this run uses
+/// (events/sam-env.json, rendered by scripts/template), so the SAM check's EventBridge record
+/// comes from the queue the function takes records from.
+#[test]
+fn sam_local_s_event_queue_is_the_local_runs() {
+    let text = std::fs::read_to_string(
+        claimonce_local::functions::workspace_root().join("events/sam-env.json"),
+    )
+    .expect("events/sam-env.json");
+    let env: Value = serde_json::from_str(&text).expect("JSON");
+    for (name, provider) in [("StripeFunction", "stripe"), ("ShopifyFunction", "shopify")] {
+        assert_eq!(env[name]["EVENT_QUEUE_ARN"], queue_arn(provider), "{name}");
+        assert_eq!(
+            env[name]["EVENT_DEAD_LETTER_QUEUE_ARN"],
+            claimonce_local::bridge::dead_letter_arn(provider),
+            "{name}"
+        );
+    }
+}
