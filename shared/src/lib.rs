@@ -120,9 +120,10 @@
 //! and, for tests that build a receiver, [`db`] and [`log`]. Public enums that may grow are
 //! `#[non_exhaustive]`. The modules left out of this documentation serve this workspace's own
 //! scheduled functions and may change in any release. A connection of one's own
-//! (`db::Settings::connect`) and the senders' HTTPS client (`sender_api`) exist only with the
-//! `jobs` feature, which the jobs turn on and a provider crate does not: its code is handed a
-//! claim's transaction, never a connection.
+//! (`db::Settings::connect`) exists only with the `jobs` feature, which the jobs turn on and a
+//! provider crate does not: its code is handed a claim's transaction, never a connection. A
+//! provider whose events carry only a reference to their data (Stripe's thin events) turns on
+//! `sender-api` instead, and completes them before the claim through [`fetch`].
 //!
 //! [`Sign`]: verify::Sign
 
@@ -137,6 +138,7 @@ pub mod config;
 pub mod conventions;
 pub mod db;
 pub mod effect;
+pub mod fetch;
 pub mod forward;
 mod headers;
 mod ids;
@@ -154,7 +156,7 @@ mod response;
 pub mod scheduled;
 pub mod secrets;
 #[doc(hidden)]
-#[cfg(feature = "jobs")]
+#[cfg(feature = "sender-api")]
 pub mod sender_api;
 pub mod spill;
 pub mod timestamp;

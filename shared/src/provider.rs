@@ -12,6 +12,7 @@ use http::HeaderMap;
 
 use crate::bridge::Bridged;
 use crate::effect::{Plan, RustEffect};
+use crate::fetch::{Incomplete, SenderApi};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
@@ -175,6 +176,22 @@ pub trait Provider: Send + Sync + 'static {
     fn bridged<'d>(&self, detail: &'d str) -> Option<Result<Bridged<'d>, Rejection>> {
         let _ = detail;
         None
+    }
+
+    /// Completes an event that carries only a reference to its data (a Stripe thin event)
+    /// from the sender's own API (`api`: `None` when the function has none configured), after
+    /// it was verified and parsed and before its claim: outside any transaction, each GET
+    /// bounded ([`crate::fetch`]). The event it returns is the one claimed and applied, under
+    /// the id it carries (which may be another than the parsed one: the snapshot event a thin
+    /// event stands for); `None` keeps the event as parsed, which the default does. An error
+    /// fails this delivery, to be tried again.
+    fn complete<'a>(
+        &'a self,
+        event: &'a Parsed<Self::Event>,
+        api: Option<&'a SenderApi>,
+    ) -> impl Future<Output = Result<Option<Parsed<Self::Event>>, Incomplete>> + Send + 'a {
+        let _ = (event, api);
+        std::future::ready(Ok(None))
     }
 }
 

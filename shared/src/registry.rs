@@ -13,6 +13,20 @@ pub struct Entry {
     pub provider: &'static str,
     /// `secret_var`: the variable its signing secrets come from (or `<secret_var>_ARN`).
     pub secret_var: &'static str,
+    /// `api_key_var`, `api_base_var` and `api_base`, when the provider completes events from
+    /// its sender's API ([`crate::fetch`]).
+    pub api: Option<ApiEntry>,
+}
+
+/// Where a provider's sender API is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiEntry {
+    /// The variable holding its key (or `<var>_ARN`, a Secrets Manager secret).
+    pub key_var: &'static str,
+    /// The variable that may name another base URL (a test's stand-in).
+    pub base_var: &'static str,
+    /// The base URL otherwise.
+    pub base: &'static str,
 }
 
 impl Entry {
@@ -25,9 +39,19 @@ impl Entry {
                 ))
             })
         };
+        let optional = |key: &str| crate::conventions::registry_value(manifest, key);
+        let api = match optional("api_key_var") {
+            None => None,
+            Some(key_var) => Some(ApiEntry {
+                key_var,
+                base_var: value("api_base_var")?,
+                base: value("api_base")?,
+            }),
+        };
         Ok(Self {
             provider: value("provider")?,
             secret_var: value("secret_var")?,
+            api,
         })
     }
 }

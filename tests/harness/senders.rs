@@ -384,9 +384,18 @@ struct StripeState {
     rate_limit_at: Option<usize>,
     /// The request answered with no events and `has_more` true.
     hollow_at: Option<usize>,
+    /// Objects served at their path (`/v1/invoices/in_1`), as `GET` of one returns it.
+    objects: std::collections::HashMap<String, Value>,
+    /// The status the next object or event `GET`s are answered with instead, one each.
+    failing: Vec<u16>,
+    /// Held object and event `GET`s wait for a permit of this.
+    held: Option<Arc<Semaphore>>,
+    /// The paths of the object and event `GET`s received, in order.
+    fetched: Vec<String>,
 }
 
-/// Stripe's events API.
+/// Stripe's API as the recover function and the thin events read it: `GET /v1/events` (the
+/// list), `GET /v1/events/{id}`, and `GET` of the objects a test puts.
 #[derive(Debug, Clone)]
 pub struct StripeApi {
     /// `http://127.0.0.1:<port>`, `STRIPE_API_BASE`.
@@ -457,6 +466,70 @@ impl StripeApi {
         self.state.lock().expect("state").requests
     }
 
+    /// Serves `object` at `path` (`GET /v1/invoices/in_1`), as Stripe returns a retrieved one.
+    pub fn put_object(&self, path: &str, object: Value) {
+        let mut state = self.state.lock().expect("state");
+        state.objects.insert(path.to_owned(), object);
+    }
+
+    /// The next object or event `GET` is answered `status` (Stripe's error body).
+    pub fn fail_next(&self, status: u16) {
+        self.state.lock().expect("state").failing.push(status);
+    }
+
+    /// From now on, each object or event `GET` waits for a permit of the returned semaphore
+    /// before it is answered.
+    pub fn hold_retrievals(&self) -> Arc<Semaphore> {
+        let semaphore = Arc::new(Semaphore::new(0));
+        self.state.lock().expect("state").held = Some(Arc::clone(&semaphore));
+        semaphore
+    }
+
+    /// The paths of the object and event `GET`s received so far.
+    pub fn fetched(&self) -> Vec<String> {
+        self.state.lock().expect("state").fetched.clone()
+    }
+
+    /// `GET /v1/events/{id}` and `GET` of an object put here: the object, or Stripe's
+    /// `resource_missing` 404 (its error shape in the API description); after a held wait, or
+    /// a failure the test asked for.
+    async fn retrieve(&self, path: &str) -> Reply {
+        let (held, failing) = {
+            let mut state = self.state.lock().expect("state");
+            state.fetched.push(path.to_owned());
+            let failing = (!state.failing.is_empty()).then(|| state.failing.remove(0));
+            (state.held.clone(), failing)
+        };
+        if let Some(held) = held {
+            held.acquire().await.expect("a permit").forget();
+        }
+        if let Some(status) = failing {
+            return reply(
+                status,
+                &[],
+                json!({"error": {"type": "api_error", "message": "An unknown error occurred"}}),
+            );
+        }
+        let found = match path.strip_prefix("/v1/events/") {
+            Some(id) => self
+                .events()
+                .await
+                .into_iter()
+                .map(|(e, _)| e)
+                .find(|e| e["id"] == id),
+            None => self.state.lock().expect("state").objects.get(path).cloned(),
+        };
+        match found {
+            Some(object) => reply(200, &[], object),
+            None => reply(
+                404,
+                &[],
+                json!({"error": {"type": "invalid_request_error", "code": "resource_missing",
+                    "message": format!("No such object: '{path}'")}}),
+            ),
+        }
+    }
+
     /// Every event, oldest first, with whether its delivery succeeded.
     async fn events(&self) -> Vec<(Value, bool)> {
         let Some((url, key)) = &self.upstream else {
@@ -508,8 +581,11 @@ impl StripeApi {
                 "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.",
             );
         }
-        if request.method() != hyper::Method::GET || request.uri().path() != "/v1/events" {
+        if request.method() != hyper::Method::GET {
             return error(404, "invalid_request_error", "Unrecognized request URL");
+        }
+        if request.uri().path() != "/v1/events" {
+            return self.retrieve(request.uri().path()).await;
         }
         let q = query(request.uri());
         let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());

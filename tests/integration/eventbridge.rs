@@ -15,15 +15,25 @@ use claimonce_tests::sign::now;
 use serde_json::{Value, json};
 
 /// Stripe's partner event source in the samples.
-const STRIPE_SOURCE: &str = "aws.partner/stripe.com/ed_test_claimonce_local";
+pub(crate) const STRIPE_SOURCE: &str = "aws.partner/stripe.com/ed_test_claimonce_local";
 /// Shopify's.
 const SHOPIFY_SOURCE: &str = "aws.partner/shopify.com/1234567/claimonce-local";
 
 /// A provider's function taking `source`'s events (none when `None`), its log lines kept.
-struct Bridging(Scheduled);
+pub(crate) struct Bridging(Scheduled);
 
 impl Bridging {
-    async fn start(provider: &str, database_url: &str, source: Option<&str>) -> Self {
+    pub(crate) async fn start(provider: &str, database_url: &str, source: Option<&str>) -> Self {
+        Self::start_with(provider, database_url, source, &[]).await
+    }
+
+    /// [`Bridging::start`] with `extra` variables.
+    pub(crate) async fn start_with(
+        provider: &str,
+        database_url: &str,
+        source: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let f = function(provider);
         let bridge = source
             .map(|s| function_env(provider, s))
@@ -34,10 +44,11 @@ impl Bridging {
             ("DB_CONNECT_TIMEOUT_MS", "1000"),
         ];
         env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend_from_slice(extra);
         Self(Scheduled::start(f.binary, &env).await)
     }
 
-    async fn invoke(&self, event: &Value) -> Value {
+    pub(crate) async fn invoke(&self, event: &Value) -> Value {
         self.0
             .run_within(event, Duration::from_secs(30))
             .await
@@ -46,7 +57,12 @@ impl Bridging {
 
     /// Hands `events` to the function as a batch of its event queue, each on its `receive`th
     /// receive; the ids reported failed.
-    async fn take(&self, provider: &str, events: &[(&str, &Value)], receive: u32) -> Vec<String> {
+    pub(crate) async fn take(
+        &self,
+        provider: &str,
+        events: &[(&str, &Value)],
+        receive: u32,
+    ) -> Vec<String> {
         self.take_from(&queue_arn(provider), events, receive).await
     }
 
@@ -60,12 +76,12 @@ impl Bridging {
             .collect()
     }
 
-    fn lines(&self, message: &str) -> Vec<Value> {
+    pub(crate) fn lines(&self, message: &str) -> Vec<Value> {
         self.0.lines(message)
     }
 
     /// The dispositions of its `bridged` lines, in order.
-    fn bridged(&self) -> Vec<String> {
+    pub(crate) fn bridged(&self) -> Vec<String> {
         self.lines("bridged")
             .iter()
             .map(|l| l["disposition"].as_str().unwrap_or_default().to_owned())
@@ -81,7 +97,7 @@ fn signed(relative: &str) -> Value {
 }
 
 /// An API Gateway event carrying `body` to Stripe's route, signed now.
-fn stripe_webhook_of(body: &Value) -> Value {
+pub(crate) fn stripe_webhook_of(body: &Value) -> Value {
     let mut event = sample_event("stripe/invoice.paid.json");
     event["body"] = Value::from(body.to_string());
     resign(&mut event, now()).expect("sign");
@@ -89,7 +105,7 @@ fn stripe_webhook_of(body: &Value) -> Value {
 }
 
 /// An EventBridge event of Stripe's partner source in the local account carrying `detail`.
-fn stripe_bridged(detail: &Value) -> Value {
+pub(crate) fn stripe_bridged(detail: &Value) -> Value {
     let mut event = sample_event("stripe/eventbridge/invoice.paid.json");
     event["detail-type"] = detail["type"].clone();
     event["detail"] = detail.clone();
@@ -97,7 +113,7 @@ fn stripe_bridged(detail: &Value) -> Value {
 }
 
 /// The credit on the sample customer, in cents.
-async fn credit(db: &TestDb) -> i64 {
+pub(crate) async fn credit(db: &TestDb) -> i64 {
     db.count("SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers")
         .await
 }
@@ -230,7 +246,9 @@ async fn a_bridged_event_the_database_cannot_take_is_received_again_and_applied_
 }
 
 /// A Shopify webhook through EventBridge: the order in `payload` is kept, with the topic and
-/// webhook id from `metadata`, and a redelivery is a duplicate that adds no timeline row.
+/// webhook id from `metadata`, and a redelivery is a duplicate that adds no timeline row. The
+/// same order version delivered by webhook too (Shopify's ledger key is the body's hash, so a
+/// claim of its own) changes nothing: the order as it was, still one timeline row.
 #[tokio::test]
 async fn a_shopify_order_through_eventbridge_is_kept_once() {
     let db = TestDb::new().await;
@@ -259,6 +277,34 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
     );
     assert_eq!(
         db.count("SELECT count(*) FROM shopify_order_events").await,
+        1
+    );
+
+    let mut webhook = sample_event("shopify/orders.create.json");
+    webhook["body"] = Value::from(sample["detail"]["payload"].to_string());
+    webhook["headers"]["x-shopify-topic"] = sample["detail"]["metadata"]["X-Shopify-Topic"].clone();
+    resign(&mut webhook, now()).expect("sign");
+    assert_eq!(
+        payload_outcome(&f.invoke(&webhook).await),
+        (200, "processed".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE provider = 'shopify'")
+            .await,
+        2,
+        "two claims: the body's hash differs between the paths"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM shopify_order_events").await,
+        1,
+        "one timeline row for the one version"
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM shopify_orders WHERE order_id = {order} \
+             AND source_updated_at = '2026-11-30T11:00:00-05:00'::timestamptz"
+        ))
+        .await,
         1
     );
 }

@@ -21,3 +21,4 @@ mod runbook;
 mod sam;
 mod spill;
 mod stripe;
+mod thin;

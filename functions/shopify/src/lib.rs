@@ -313,7 +313,8 @@ pub async fn keep_order_state(tx: &Tx<'_>, order: &Order) -> Result<(), EffectEr
 }
 
 /// One row of the order's timeline for this event, once: a replay after the sweep (claimed
-/// again, as Shopify signs no timestamp) adds nothing (V18).
+/// again, as Shopify signs no timestamp) adds nothing (V18), nor does the same order version
+/// arriving by another path (V19).
 pub async fn add_to_timeline(
     tx: &Tx<'_>,
     event_id: &EventId,
@@ -351,8 +352,9 @@ struct BridgedDetail<'a> {
 /// Unwraps a Shopify webhook delivered through Amazon EventBridge: `payload` is the body, and
 /// `metadata`'s string values the headers, read by [`parse_event`] as a webhook's are. The
 /// ledger key is then the hash of EventBridge's JSON of the payload, not of the bytes an HTTP
-/// delivery of the same event carries: an event subscribed both ways is two claims, and both
-/// effects are newest-first, so the second changes nothing (ARCHITECTURE.md, "EventBridge").
+/// delivery of the same event carries: an event subscribed both ways is two claims, and the
+/// second changes nothing (newest-first effects, one timeline row per order version: V19;
+/// ARCHITECTURE.md, "EventBridge").
 pub fn unwrap_bridged(detail: &str) -> Result<Bridged<'_>, Rejection> {
     let detail: BridgedDetail<'_> = serde_json::from_str(detail).map_err(|_| {
         invalid("the EventBridge detail is not a Shopify webhook (payload, metadata)")

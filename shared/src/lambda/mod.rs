@@ -224,13 +224,15 @@ pub async fn run_from_env<P: Provider>(
         }
         let spill = crate::spill::Spill::from_env()?;
         let bridge = crate::bridge::Bridge::from_env(entry.provider)?;
+        let api = crate::fetch::SenderApi::from_env(&entry).await?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
         Ok::<_, ConfigError>(
             Receiver::new(provider, Database::new(settings), limits, log.clone())
                 .with_secret_refresh(secrets, build, interval)
                 .with_spill(spill)
-                .with_bridge(bridge),
+                .with_bridge(bridge)
+                .with_sender_api(api),
         )
     }
     .await;

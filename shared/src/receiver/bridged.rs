@@ -40,15 +40,18 @@ impl<P: Provider> Receiver<P> {
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
-            Ok((parsed, _)) => {
-                let event_type = parsed.event_type.clone();
-                let delivery_id = parsed.delivery_id.clone();
-                Outcome {
-                    event_type: Some(event_type),
-                    delivery_id,
-                    ..self.settle_queued(parsed, None, unavailable).await
+            Ok((parsed, sha)) => match self.complete(parsed, sha).await {
+                Err(outcome) => outcome,
+                Ok((parsed, _)) => {
+                    let event_type = parsed.event_type.clone();
+                    let delivery_id = parsed.delivery_id.clone();
+                    Outcome {
+                        event_type: Some(event_type),
+                        delivery_id,
+                        ..self.settle_queued(parsed, None, unavailable).await
+                    }
                 }
-            }
+            },
         };
         (outcome, Some(envelope.id))
     }

@@ -91,11 +91,13 @@ impl<P: Provider> Receiver<P> {
                 payload_sha256: sha,
                 received_at,
             }) => {
-                let queued = unix_now().saturating_sub(received_at);
-                (
-                    self.settle_queued(parsed, Some(sha), unavailable).await,
-                    Some(queued),
-                )
+                let queued = Some(unix_now().saturating_sub(received_at));
+                match self.complete(parsed, sha).await {
+                    Ok((parsed, sha)) => {
+                        (self.settle_queued(parsed, sha, unavailable).await, queued)
+                    }
+                    Err(outcome) => (outcome, queued),
+                }
             }
         }
     }

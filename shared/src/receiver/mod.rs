@@ -91,6 +91,8 @@ pub struct Receiver<P> {
     /// The partner event source and event queue it takes EventBridge events from
     /// ([`crate::bridge`]).
     bridge: Option<crate::bridge::Bridge>,
+    /// The sender's API, for events completed before their claim ([`crate::fetch`]).
+    api: Option<crate::fetch::SenderApi>,
 }
 
 impl<P: Provider> Receiver<P> {
@@ -106,7 +108,14 @@ impl<P: Provider> Receiver<P> {
             statement_bound: std::sync::OnceLock::new(),
             spill: None,
             bridge: None,
+            api: None,
         }
+    }
+
+    /// Completes events from `api` before their claim ([`Provider::complete`]).
+    pub fn with_sender_api(mut self, api: Option<crate::fetch::SenderApi>) -> Self {
+        self.api = api;
+        self
     }
 
     /// Takes the events of `bridge`'s partner event source from its event queue
@@ -221,14 +230,22 @@ impl<P: Provider> Receiver<P> {
             Ok(admitted) => admitted,
             Err(r) => return Outcome::rejected(r, None),
         };
-        let (disposition, error) = match self
-            .settle(&admitted.parsed, Some(admitted.payload_sha256))
-            .await
-        {
-            Ok(disposition) => (disposition, None),
-            Err(e) => self.keep(request.body(), &admitted, &e).await,
+        let Admitted {
+            parsed,
+            payload_sha256,
+            read_headers,
+        } = admitted;
+        let (parsed, fingerprint) = match self.complete(parsed, payload_sha256).await {
+            Ok(completed) => completed,
+            Err(outcome) => return outcome,
         };
-        let parsed = admitted.parsed;
+        let (disposition, error) = match self.settle(&parsed, fingerprint).await {
+            Ok(disposition) => (disposition, None),
+            Err(e) => {
+                let id = parsed.event_id.as_str();
+                self.keep(request.body(), id, &read_headers, &e).await
+            }
+        };
         Outcome {
             event_id: Some(parsed.event_id),
             event_type: Some(parsed.event_type),
@@ -238,12 +255,36 @@ impl<P: Provider> Receiver<P> {
         }
     }
 
+    /// The provider's [`Provider::complete`] on a parsed event, with the payload fingerprint
+    /// its claim stores: the body's, unless the event was replaced by another (a thin event by
+    /// the snapshot it stands for), whose bytes these are not. A failure is this delivery's
+    /// error, named by the parsed event.
+    pub(super) async fn complete(
+        &self,
+        parsed: Parsed<P::Event>,
+        payload_sha256: [u8; 32],
+    ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
+        let provider = self.provider();
+        match provider.complete(&parsed, self.api.as_ref()).await {
+            Ok(None) => Ok((parsed, Some(payload_sha256))),
+            Ok(Some(completed)) => Ok((completed, None)),
+            Err(crate::fetch::Incomplete(why)) => Err(Outcome {
+                event_id: Some(parsed.event_id),
+                event_type: Some(parsed.event_type),
+                delivery_id: parsed.delivery_id,
+                disposition: Disposition::Error,
+                error: Some(format!("the event could not be completed: {why}")),
+            }),
+        }
+    }
+
     /// A delivery whose statement failed with `e`: put on the spill queue when the database
     /// was unavailable and there is one (`queued`), else an error; the error text says which.
     async fn keep(
         &self,
         body: &[u8],
-        admitted: &Admitted<P::Event>,
+        event_id: &str,
+        read_headers: &[(String, String)],
         e: &crate::db::DeliveryError,
     ) -> (Disposition, Option<String>) {
         let (Some(spill), Some(reason)) = (&self.spill, e.unavailable()) else {
@@ -251,9 +292,9 @@ impl<P: Provider> Receiver<P> {
         };
         let spilled = crate::spill::Spilled {
             provider: self.name,
-            event_id: admitted.parsed.event_id.as_str(),
+            event_id,
             body,
-            headers: &admitted.read_headers,
+            headers: read_headers,
             received_at: unix_now(),
         };
         match spill.put(&spilled).await {
