@@ -633,6 +633,8 @@ CREATE UNIQUE INDEX shopify_order_events_event ON public.shopify_order_events US
 
 CREATE INDEX shopify_order_events_order ON public.shopify_order_events USING btree (order_id, order_updated_at);
 
+CREATE UNIQUE INDEX shopify_order_events_version ON public.shopify_order_events USING btree (order_id, topic, state, order_updated_at);
+
 CREATE INDEX subscriptions_customer_idx ON public.subscriptions USING btree (stripe_customer_id);
 
 ALTER TABLE public.shopify_order_events ENABLE ROW LEVEL SECURITY;

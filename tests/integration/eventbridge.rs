@@ -280,8 +280,11 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
         1
     );
 
+    // Shopify's HTTP bytes of the payload, not EventBridge's JSON of it (here: the compact
+    // form the record carries): the same order version, another ledger key.
     let mut webhook = sample_event("shopify/orders.create.json");
-    webhook["body"] = Value::from(sample["detail"]["payload"].to_string());
+    let bytes = serde_json::to_string_pretty(&sample["detail"]["payload"]).expect("JSON");
+    webhook["body"] = Value::from(bytes);
     webhook["headers"]["x-shopify-topic"] = sample["detail"]["metadata"]["X-Shopify-Topic"].clone();
     resign(&mut webhook, now()).expect("sign");
     assert_eq!(
