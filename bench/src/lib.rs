@@ -184,6 +184,9 @@ pub fn peak_rss_kib(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The partner event source the benchmarks' Stripe function takes events of.
+pub const EVENT_SOURCE: &str = "aws.partner/stripe.com/ed_test_claimonce_bench";
+
 /// Starts `binary` (a `stripe-webhook` build) under `api` on `database_url` with [`SECRET`],
 /// its JSON lines dropped: one execution environment, as Lambda starts it.
 pub fn spawn_stripe(
@@ -198,6 +201,12 @@ pub fn spawn_stripe(
             ("STRIPE_WEBHOOK_SECRET", SECRET),
         ],
     )
+    // It takes EventBridge events too (claimonce::bridge), as a deployment with
+    // StripeEventBusName does: the lambda-loop measures that path beside the webhook's.
+    .envs(claimonce_local::bridge::function_env(
+        "stripe",
+        EVENT_SOURCE,
+    ))
     .stdout(std::process::Stdio::null())
     .spawn()
     .expect("spawn the function")

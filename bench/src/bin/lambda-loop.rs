@@ -106,6 +106,8 @@ enum Kind {
     Duplicate,
     Credit,
     Ignored,
+    /// An `invoice.paid` credit as a record of the event queue (EventBridge's path).
+    Bridged,
 }
 
 impl Kind {
@@ -117,38 +119,49 @@ impl Kind {
             Kind::Duplicate => "duplicate",
             Kind::Credit => "invoice.paid (credit)",
             Kind::Ignored => "ignored type",
+            Kind::Bridged => "invoice.paid through EventBridge (credit, a queue record)",
         }
     }
 
-    /// The event of delivery `n` and the status code it must get.
+    /// The event of delivery `n` and what its answer must hold.
     fn delivery(self, n: u64) -> (String, &'static [u8]) {
+        const OK: &[u8] = b"\"statusCode\":200";
         match self {
             Kind::Floor | Kind::Rejected => (
                 stripe_event(&invoice(&format!("evt_r_{n}"), "cus_r", 1), false),
-                b"400",
+                b"\"statusCode\":400",
             ),
             Kind::NewCheckout => (
                 stripe_event(
                     &checkout(&format!("evt_c_{n}"), &format!("cus_c_{n}")),
                     true,
                 ),
-                b"200",
+                OK,
             ),
             // Every copy of one event that a first delivery (below) already claimed.
-            Kind::Duplicate => (
-                stripe_event(&invoice("evt_dup", "cus_dup", 1), true),
-                b"200",
-            ),
+            Kind::Duplicate => (stripe_event(&invoice("evt_dup", "cus_dup", 1), true), OK),
             Kind::Credit => (
                 stripe_event(&invoice(&format!("evt_i_{n}"), "cus_i", 1), true),
-                b"200",
+                OK,
             ),
             Kind::Ignored => {
                 let body =
                     serde_json::to_vec(&json!({"id": format!("evt_x_{n}"), "object": "event",
                     "type": "charge.refunded", "created": 1, "data": {"object": {"id": "ch_1"}}}))
                     .unwrap_or_default();
-                (stripe_event(&body, true), b"200")
+                (stripe_event(&body, true), OK)
+            }
+            Kind::Bridged => {
+                let detail: serde_json::Value =
+                    serde_json::from_slice(&invoice(&format!("evt_b_{n}"), "cus_b", 1))
+                        .unwrap_or_default();
+                let envelope = json!({"version": "0", "id": format!("eb-{n}"),
+                    "detail-type": "invoice.paid", "source": claimonce_bench::EVENT_SOURCE,
+                    "account": claimonce_local::bridge::ACCOUNT, "time": "2026-12-02T10:00:00Z",
+                    "region": "us-east-1", "resources": [], "detail": detail});
+                let arn = claimonce_local::bridge::queue_arn("stripe");
+                let event = claimonce_local::bridge::sqs_event(&arn, &[("m", &envelope)], 1);
+                (event.to_string(), b"\"batchItemFailures\":[]")
             }
         }
     }
@@ -156,10 +169,9 @@ impl Kind {
 
 fn status_is(
     outcome: &Result<Outcome, claimonce_local::runtime_api::InvokeError>,
-    code: &[u8],
+    needle: &[u8],
 ) -> bool {
-    let needle = [b"\"statusCode\":".as_slice(), code].concat();
-    matches!(outcome, Ok(Outcome::Response(p)) if p.windows(needle.len()).any(|w| w == needle.as_slice()))
+    matches!(outcome, Ok(Outcome::Response(p)) if p.windows(needle.len()).any(|w| w == needle))
 }
 
 /// N copies of one function, each under its own emulator.
@@ -324,6 +336,7 @@ async fn main() -> std::process::ExitCode {
         Kind::Duplicate,
         Kind::Credit,
         Kind::Ignored,
+        Kind::Bridged,
     ] {
         let fleet = if kind == Kind::Floor { &floor } else { &stripe };
         // Built before the clock starts: only the function's side is measured anyway, but
