@@ -312,9 +312,9 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
     );
 }
 
-/// `sam local` gives each EventBridge provider's function the event queue this run uses
-/// (events/sam-env.json, rendered by scripts/template), so the SAM check's EventBridge record
-/// comes from the queue the function takes records from.
+/// `sam local` gives each EventBridge provider's function the partner source and the event
+/// queue the local run gives it (events/sam-env.json, rendered by scripts/template), so the
+/// SAM check's EventBridge record is one the function takes.
 #[test]
 fn sam_local_s_event_queue_is_the_local_runs() {
     let text = std::fs::read_to_string(
@@ -323,6 +323,9 @@ fn sam_local_s_event_queue_is_the_local_runs() {
     .expect("events/sam-env.json");
     let env: Value = serde_json::from_str(&text).expect("JSON");
     for (name, provider) in [("StripeFunction", "stripe"), ("ShopifyFunction", "shopify")] {
+        let source = claimonce_local::bridge::local_source(function(provider));
+        let var = claimonce::bridge::Bridge::source_var(provider);
+        assert_eq!(env[name][&var].as_str(), source.as_deref(), "{name}");
         assert_eq!(env[name]["EVENT_QUEUE_ARN"], queue_arn(provider), "{name}");
         assert_eq!(
             env[name]["EVENT_DEAD_LETTER_QUEUE_ARN"],
