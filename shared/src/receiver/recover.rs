@@ -50,12 +50,17 @@ impl<P: Provider> Receiver<P> {
                 let why = format!("the event does not parse: {}", r.detail);
                 Outcome::rejected(r, Some(why))
             }
-            Ok((parsed, _)) => {
-                let settled = self.settle(&parsed, None).await;
-                let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
-                unavailable = cause;
-                outcome
-            }
+            // Completed as a webhook's would be (a thin event from its sender's API), so no
+            // way of arriving claims an event its effect cannot read.
+            Ok((parsed, sha)) => match self.complete(parsed, sha).await {
+                Err(outcome) => outcome,
+                Ok((parsed, _)) => {
+                    let settled = self.settle(&parsed, None).await;
+                    let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+                    unavailable = cause;
+                    outcome
+                }
+            },
         };
         self.log_outcome(
             Via::SenderApi,
