@@ -110,3 +110,125 @@ fn every_link_in_the_documents_resolves() {
     }
     assert!(checked >= 20, "{checked} relative links checked");
 }
+
+/// Every function name of the repository's Rust sources (`fn <name>`), outside `target/`.
+fn function_names(root: &Path) -> Vec<String> {
+    fn walk(dir: &Path, names: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if !file.starts_with('.') && file != "target" {
+                    walk(&path, names);
+                }
+            } else if file.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                for piece in text.split("fn ").skip(1) {
+                    let name: String = piece
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+    }
+    let mut names = Vec::new();
+    walk(root, &mut names);
+    names
+}
+
+/// The test names a document cites: each backticked `path::name` whose last segment reads as
+/// a test's sentence (four words or more in snake case), or is cut short with `…`; the name
+/// and whether it was cut.
+fn cited_tests(text: &str) -> Vec<(String, bool)> {
+    let mut cited = Vec::new();
+    for (i, span) in text.split('`').enumerate() {
+        if i % 2 == 0 || !span.contains("::") || span.contains(' ') {
+            continue;
+        }
+        let last = span.rsplit("::").next().unwrap_or("");
+        let (name, cut) = match last.strip_suffix('…') {
+            Some(name) => (name.trim_end_matches('_'), true),
+            None => (last, false),
+        };
+        let snake = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if snake && (cut || name.matches('_').count() >= 3) {
+            cited.push((name.to_owned(), cut));
+        }
+    }
+    cited
+}
+
+/// Every test a document names exists, under that name (or, where the document cuts the name
+/// short with `…`, a test whose name starts so): a renamed or deleted test fails here instead
+/// of leaving a claim without its proof.
+#[test]
+fn every_test_a_document_names_exists() {
+    let root = workspace_root();
+    let names = function_names(&root);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for page in pages(&root) {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        for (name, cut) in cited_tests(&text) {
+            checked += 1;
+            let found = names.iter().any(|n| {
+                if cut {
+                    n.starts_with(&name)
+                } else {
+                    *n == name
+                }
+            });
+            if !found {
+                missing.push(format!(
+                    "{}: {name}{}",
+                    page.strip_prefix(&root).unwrap_or(&page).display(),
+                    if cut { "…" } else { "" }
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} test names found in the documents"
+    );
+    assert!(
+        missing.is_empty(),
+        "tests the documents name that do not exist: {missing:#?}"
+    );
+}
+
+/// No user document cites an issue of a tracker that is not in the repository, or speaks of
+/// "this machine": the documents say today's truth for whoever reads them.
+#[test]
+fn no_document_cites_an_issue_or_this_machine() {
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for page in pages(&root) {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        for line in prose(&text) {
+            let lower = line.to_lowercase();
+            let issue = lower.match_indices("issue").any(|(at, _)| {
+                let rest = lower[at + 5..].trim_start_matches(['s', ' ', '#']);
+                rest.starts_with(|c: char| c.is_ascii_digit())
+            });
+            if issue || lower.contains("this machine") {
+                found.push(format!(
+                    "{}: {}",
+                    page.strip_prefix(&root).unwrap_or(&page).display(),
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
