@@ -868,3 +868,97 @@ async fn concurrent_runs_apply_each_migration_once() {
         i64::try_from(all.len()).expect("len")
     );
 }
+
+/// With `DatabaseAuth=secret` the receivers' logins are the users their database secrets
+/// name: `DB_HANDLER_SECRETS` (`claimonce_<provider>=<ARN>`, which the template fills from the
+/// deployed receivers' `<Name>DbSecretArn`) reads each secret's `username` from Secrets
+/// Manager (moto's), so the migrations give every such login its provider's role and its
+/// timeouts without a hand-kept list; a secret without a username, one that cannot be read,
+/// and an entry that is not `role=ARN` are configuration errors that show no secret text.
+#[tokio::test]
+async fn the_receivers_logins_are_read_from_their_database_secrets() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let moto = claimonce_tests::moto::moto().await;
+    let aws = moto.aws_config().await;
+    let manager = aws_sdk_secretsmanager::Client::new(&aws);
+    let role = format!("{}_stripe_fn", db.name);
+    db.client()
+        .await
+        .batch_execute(&format!("CREATE ROLE \"{role}\" LOGIN"))
+        .await
+        .expect("create the receiver's user");
+    let secret = |name: &str, text: String| {
+        let manager = manager.clone();
+        let name = format!("claimonce/{}/{name}", db.name);
+        async move {
+            manager
+                .create_secret()
+                .name(name)
+                .secret_string(text)
+                .send()
+                .await
+                .expect("create the secret in moto")
+                .arn()
+                .expect("an ARN")
+                .to_owned()
+        }
+    };
+    let good = secret(
+        "stripe",
+        format!(r#"{{"username":"{role}","password":"pw-never-shown","engine":"postgres"}}"#),
+    )
+    .await;
+    let nameless = secret("nameless", r#"{"password":"pw-never-shown"}"#.to_owned()).await;
+
+    let users =
+        claimonce_migrate::handler_users_from_secrets(&format!("claimonce_stripe={good}"), &aws)
+            .await
+            .expect("the users");
+    assert_eq!(
+        users,
+        [
+            claimonce_migrate::HandlerUser::parse(&format!("{role}:claimonce_stripe"))
+                .expect("user")
+        ]
+    );
+    for raw in [
+        format!("claimonce_stripe={nameless}"),
+        format!("claimonce_stripe={good}x"),
+        "stripe_fn".to_owned(),
+        format!("stripe={good}"),
+    ] {
+        let error = claimonce_migrate::handler_users_from_secrets(&raw, &aws)
+            .await
+            .expect_err("refused");
+        assert!(error.message().contains("DB_HANDLER_SECRETS"), "{error:?}");
+        assert!(!error.message().contains("pw-never-shown"), "{error:?}");
+    }
+
+    let mut configured = options(&[]);
+    configured.handler_users = users;
+    let migrate = migrator_with(&url, claimonce_migrations::ALL, configured);
+    let cfn = Recorder::ok().await;
+    let body = answer(&migrate, "Create", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    let client = db.client().await;
+    let member: bool = client
+        .query_one(
+            "SELECT pg_has_role($1, 'claimonce_stripe', 'MEMBER')",
+            &[&role],
+        )
+        .await
+        .expect("membership")
+        .get(0);
+    assert!(member, "the login was granted its provider's role");
+    let settings: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole \
+             WHERE r.rolname = $1 AND 'statement_timeout=3000ms' = ANY (s.setconfig)",
+            &[&role],
+        )
+        .await
+        .expect("settings")
+        .get(0);
+    assert_eq!(settings, 1, "the login got its statement timeout");
+}

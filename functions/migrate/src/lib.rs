@@ -124,6 +124,52 @@ impl HandlerUser {
     }
 }
 
+/// The receivers' login users named in their database secrets: `DB_HANDLER_SECRETS`, each
+/// entry `claimonce_<provider>=<secret ARN>`, the secret the standard RDS JSON whose
+/// `username` is the receiver's login (a stack with `DatabaseAuth=secret`). Each is read with
+/// `aws` and becomes `username:claimonce_<provider>`, so every deployed receiver's login gets
+/// its provider's role and its timeouts without being listed by hand. A secret that cannot be
+/// read, or names no user, is a configuration error naming its provider's role (never the
+/// secret's text).
+pub async fn handler_users_from_secrets(
+    raw: &str,
+    aws: &aws_config::SdkConfig,
+) -> Result<Vec<HandlerUser>, ConfigError> {
+    let mut users = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((role, arn)) = entry.split_once('=') else {
+            return Err(ConfigError::new(format!(
+                "DB_HANDLER_SECRETS: an entry is not claimonce_<provider>=<secret ARN> \
+                 ({} characters)",
+                entry.len()
+            )));
+        };
+        if !role.starts_with("claimonce_") {
+            return Err(ConfigError::new(format!(
+                "DB_HANDLER_SECRETS: {role:?} is not a provider's role, claimonce_<provider>"
+            )));
+        }
+        let role = RoleName::parse(role)?;
+        let what = format!("the database secret of {role}'s receiver");
+        let text = claimonce::auth::fetch_secret_string(aws, arn, &what)
+            .await
+            .map_err(|e| ConfigError::new(format!("DB_HANDLER_SECRETS: {e}")))?;
+        let username = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("username")?.as_str().map(str::to_owned))
+            .ok_or_else(|| {
+                ConfigError::new(format!(
+                    "DB_HANDLER_SECRETS: {what} holds no username (the standard RDS secret JSON)"
+                ))
+            })?;
+        users.push(HandlerUser {
+            user: RoleName::parse(&username)?,
+            role: Some(role),
+        });
+    }
+    Ok(users)
+}
+
 /// What a run does besides connecting: its server-side bounds, and the handler login roles
 /// whose defaults it sets afterwards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -661,7 +707,19 @@ pub async fn run_from_env_with(
     );
     // Leaked once: the function's migrations live as long as its process.
     let migrations: &'static [Migration] = Box::leak(migrations.unwrap_or_default().into());
-    let options = log.config(Options::from_env());
+    let options = log.config(
+        async {
+            let mut options = Options::from_env()?;
+            if let Some(raw) = config::optional("DB_HANDLER_SECRETS") {
+                let aws = claimonce::auth::aws_config().load().await;
+                options
+                    .handler_users
+                    .extend(handler_users_from_secrets(&raw, &aws).await?);
+            }
+            Ok::<_, ConfigError>(options)
+        }
+        .await,
+    );
     let migrator = Migrator::new(settings, migrations, log)
         .with_options(options)
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
