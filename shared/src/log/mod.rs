@@ -172,9 +172,13 @@ impl Log {
         }
     }
 
-    /// Writes each line to stdout.
+    /// Writes each line to stdout. A line that cannot be written (stdout closed: a local run
+    /// that went away before its functions) is dropped, never a panic.
     pub fn stdout() -> Self {
-        Self::with_sink(Arc::new(|line| println!("{line}")))
+        Self::with_sink(Arc::new(|line| {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout().lock(), "{line}");
+        }))
     }
 
     /// A function process's log: stdout, with the libraries' warnings and errors (the AWS

@@ -1,5 +1,5 @@
-//! The one flow every provider shares: read the raw body, verify, parse, claim and apply in one
-//! transaction, answer, and log one line.
+//! The one flow every provider shares: read the raw body, verify, parse, complete (an event
+//! whose data its sender keeps), claim and apply in one transaction, answer, and log one line.
 
 use std::time::Instant;
 
