@@ -27,16 +27,9 @@ impl<P: Provider> Receiver<P> {
             None => Err(Outcome::failed(
                 "this provider takes no EventBridge events".to_owned(),
             )),
-            Some(Err(r)) => {
-                let why = format!("the event does not parse: {}", r.detail);
-                Err(Outcome::rejected(r, Some(why)))
-            }
-            Some(Ok(unwrapped)) => self
-                .parse_unverified(unwrapped.body.as_bytes(), &unwrapped.headers)
-                .map_err(|r| {
-                    let why = format!("the event does not parse: {}", r.detail);
-                    Outcome::rejected(r, Some(why))
-                }),
+            Some(unwrapped) => unwrapped
+                .and_then(|u| self.parse_unverified(u.body.as_bytes(), &u.headers))
+                .map_err(Outcome::unparsed),
         };
         let outcome = match parsed {
             Err(outcome) => outcome,

@@ -37,6 +37,13 @@ impl Outcome {
         }
     }
 
+    /// An event with no signature to check (from the sender's API, or through EventBridge)
+    /// that its provider's parser refused: rejected, saying so.
+    pub(crate) fn unparsed(rejection: crate::response::Rejection) -> Self {
+        let why = format!("the event does not parse: {}", rejection.detail);
+        Self::rejected(rejection, Some(why))
+    }
+
     /// Not applied, for our own reason, before it parsed.
     pub(crate) fn failed(error: String) -> Self {
         Self {

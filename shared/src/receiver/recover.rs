@@ -46,10 +46,7 @@ impl<P: Provider> Receiver<P> {
         let started = Instant::now();
         let mut unavailable = None;
         let outcome = match self.parse_unverified(body, &http::HeaderMap::new()) {
-            Err(r) => {
-                let why = format!("the event does not parse: {}", r.detail);
-                Outcome::rejected(r, Some(why))
-            }
+            Err(r) => Outcome::unparsed(r),
             // Completed as a webhook's would be (a thin event from its sender's API), so no
             // way of arriving claims an event its effect cannot read.
             Ok((parsed, sha)) => match self.complete(parsed, sha).await {
