@@ -9,32 +9,23 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-// The manifest conventions, shared with the claimonce crate as source (as the migrations
-// crate's build script does).
-#[path = "../../shared/src/conventions.rs"]
-#[allow(dead_code)]
-mod conventions;
-
 fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let functions = dir.join("..");
-    println!("cargo:rerun-if-changed={}", functions.display());
-    let mut crates: Vec<PathBuf> = std::fs::read_dir(&functions)
-        .expect("the functions directory")
-        .map(|entry| entry.expect("a directory entry").path().join("Cargo.toml"))
-        .filter(|manifest| manifest.is_file())
-        .collect();
-    crates.sort();
+    let root = dir.join("../..");
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("functions").display()
+    );
+    let providers = claimonce_registry::providers(&root).unwrap_or_else(|e| panic!("{e}"));
     let mut out = String::from("/// (provider, `never` or a number of days), from the registry.\n");
     out.push_str("pub const REGISTERED: &[(&str, &str)] = &[\n");
-    for manifest in crates {
-        println!("cargo:rerun-if-changed={}", manifest.display());
-        let text = std::fs::read_to_string(&manifest).expect("a manifest");
-        let provider = conventions::registry_value(&text, "provider");
-        let retention =
-            conventions::table_value(&text, "package.metadata.claimonce.deploy", "retention");
-        if let (Some(provider), Some(retention)) = (provider, retention) {
-            writeln!(out, "    ({provider:?}, {retention:?}),").expect("a String");
+    for provider in &providers {
+        println!(
+            "cargo:rerun-if-changed={}",
+            provider.folder.join("Cargo.toml").display()
+        );
+        if let Some(retention) = provider.deploy("retention") {
+            writeln!(out, "    ({:?}, {retention:?}),", provider.provider).expect("a String");
         }
     }
     out.push_str("];\n");

@@ -10,7 +10,6 @@ use claimonce::verify::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::standard_webhooks::StandardWebhooks;
 use claimonce::verify::timestamp_v1::TimestampV1;
-use serde::Deserialize;
 
 /// How a provider signs its deliveries: one of the shared crate's schemes, with what the
 /// provider's registry entry configures, or a scheme of the provider crate's own, which signs
@@ -121,52 +120,12 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The registry's table in a provider crate's manifest.
-#[derive(Deserialize)]
-struct Entry {
-    provider: String,
-    secret_var: String,
-    dev_secret: String,
-    scheme: String,
-    signature_header: Option<String>,
-    /// `body-hmac-sha256`: what precedes the tag (default none).
-    signature_prefix: Option<String>,
-    /// `body-hmac-sha256`: `hex` or `base64`.
-    signature_encoding: Option<String>,
-    /// `own`: the crate's binary that signs with its scheme.
-    signer: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Metadata {
-    packages: Vec<Package>,
-}
-
-#[derive(Deserialize)]
-struct Package {
-    name: String,
-    manifest_path: PathBuf,
-    metadata: Option<PackageMetadata>,
-    targets: Vec<Target>,
-}
-
-#[derive(Deserialize)]
-struct PackageMetadata {
-    claimonce: Option<Entry>,
-}
-
-#[derive(Deserialize)]
-struct Target {
-    name: String,
-    kind: Vec<String>,
-}
-
 static REGISTRY: OnceLock<Result<Vec<Function>, String>> = OnceLock::new();
 
-/// Every provider function of the project ([`project_root`]), in route order: each package
-/// that declares a `[package.metadata.claimonce]` table, read once per process with `cargo
-/// metadata`. This is the one registry the local run, the signer and the tests' generic cases
-/// read, so a new provider crate is picked up with no edit of theirs.
+/// Every provider function of the project ([`project_root`]), in route order: each crate of
+/// its workspace that declares a `[package.metadata.claimonce]` table, read once per process by
+/// [`claimonce_registry::providers`]. This is the one registry the local run, the signer and the
+/// tests' generic cases read, so a new provider crate is picked up with no edit of theirs.
 pub fn all() -> Result<&'static [Function], String> {
     REGISTRY
         .get_or_init(read_registry)
@@ -175,148 +134,70 @@ pub fn all() -> Result<&'static [Function], String> {
 }
 
 fn read_registry() -> Result<Vec<Function>, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(project_root())
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .output()
-        .map_err(|e| format!("cargo metadata (the provider registry): {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "cargo metadata (the provider registry) failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let metadata: Metadata = serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("cargo metadata's output: {e}"))?;
     // Leaked once per process: the registry lives as long as the program.
-    let keep = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let keep = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
     let mut functions = Vec::new();
-    for package in metadata.packages {
-        let Some(entry) = package.metadata.and_then(|m| m.claimonce) else {
-            continue;
-        };
-        // The provider's binary: the one named as its package, or its only one (a crate kept
-        // in another repository may carry its migrate function and its signer beside it).
-        let bins: Vec<String> = package
-            .targets
-            .into_iter()
-            .filter(|t| t.kind.iter().any(|k| k == "bin"))
-            .map(|t| t.name)
-            .collect();
-        let binary = match bins.iter().position(|b| *b == package.name) {
-            Some(i) => bins.get(i).cloned(),
-            None if bins.len() == 1 => bins.first().cloned(),
-            None => None,
-        }
-        .ok_or_else(|| {
-            format!(
-                "{}: a provider crate has one binary, or one named as the package",
-                package.name
-            )
-        })?;
-        let folder = package
-            .manifest_path
-            .parent()
-            .map(|dir| dir.join("migrations"));
-        let migrations = match folder {
-            Some(folder) if folder.is_dir() => read_migrations(&folder)?,
-            _ => Vec::new(),
-        };
+    for entry in claimonce_registry::providers(&project_root())? {
+        let package = entry.package.as_str();
         let header = || {
             entry
-                .signature_header
-                .clone()
+                .get("signature_header")
                 .map(keep)
-                .ok_or_else(|| format!("{}: the scheme needs signature_header", package.name))
+                .ok_or_else(|| format!("{package}: the scheme needs signature_header"))
         };
-        let scheme = match entry.scheme.as_str() {
+        let scheme = match entry.require("scheme")? {
             "timestamp-v1" => Scheme::TimestampV1(header()?),
             "standard-webhooks" => Scheme::StandardWebhooks,
             "body-hmac-sha256" => Scheme::BodyHmac {
                 header: header()?,
-                prefix: keep(entry.signature_prefix.clone().unwrap_or_default()),
-                encoding: match entry.signature_encoding.as_deref() {
+                prefix: keep(entry.get("signature_prefix").unwrap_or_default()),
+                encoding: match entry.get("signature_encoding") {
                     Some("hex") => Encoding::LowerHex,
                     Some("base64") => Encoding::Base64,
                     other => {
                         return Err(format!(
-                            "{}: signature_encoding is hex or base64, not {other:?}",
-                            package.name
+                            "{package}: signature_encoding is hex or base64, not {other:?}"
                         ));
                     }
                 },
             },
             "own" => {
                 let signer = entry
-                    .signer
-                    .clone()
-                    .filter(|s| bins.contains(s))
+                    .get("signer")
+                    .filter(|s| entry.binaries.iter().any(|b| b == s))
                     .ok_or_else(|| {
                         format!(
-                            "{}: scheme \"own\" needs signer, the name of one of its binaries",
-                            package.name
+                            "{package}: scheme \"own\" needs signer, the name of one of its \
+                             binaries"
                         )
                     })?;
                 Scheme::Own {
                     signer: keep(signer),
                 }
             }
-            other => return Err(format!("{}: unknown scheme {other:?}", package.name)),
+            other => return Err(format!("{package}: unknown scheme {other:?}")),
         };
+        let mut migrations = Vec::new();
+        for file in &entry.migrations {
+            let sql = std::fs::read_to_string(&file.path)
+                .map_err(|e| format!("{}: {e}", file.path.display()))?;
+            migrations.push(Migration {
+                version: file.version,
+                name: keep(&file.name),
+                sql: Box::leak(sql.into_boxed_str()),
+            });
+        }
         functions.push(Function {
-            provider: keep(entry.provider),
-            package: keep(package.name.clone()),
-            binary: keep(binary),
-            secret_var: keep(entry.secret_var),
-            dev_secret: keep(entry.dev_secret),
+            provider: keep(&entry.provider),
+            package: keep(package),
+            binary: keep(&entry.binary),
+            secret_var: keep(entry.require("secret_var")?),
+            dev_secret: keep(entry.require("dev_secret")?),
             scheme,
             migrations: Box::leak(migrations.into_boxed_slice()),
         });
     }
-    functions.sort_by_key(|f| f.provider);
     Ok(functions)
-}
-
-/// The `V<n>__<name>.sql` files of `folder`, in version order (leaked: they live as long as
-/// the registry), named by `claimonce::conventions::migration_file_name`, the rule the
-/// migrations crate compiles this repository's in by.
-fn read_migrations(folder: &Path) -> Result<Vec<Migration>, String> {
-    let keep = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-    let mut found = Vec::new();
-    let entries = std::fs::read_dir(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-    for entry in entries {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let Some(file) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .filter(|n| n.ends_with(".sql"))
-        else {
-            continue;
-        };
-        let (version, name) = claimonce::conventions::migration_file_name(file)
-            .map(|(v, name)| (v, name.to_owned()))
-            .ok_or_else(|| {
-                format!(
-                    "{}: a migration is named V<number>__<name>.sql",
-                    path.display()
-                )
-            })?;
-        let sql = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        found.push(Migration {
-            version,
-            name: keep(name),
-            sql: keep(sql),
-        });
-    }
-    found.sort_by_key(|m| m.version);
-    Ok(found)
 }
 
 /// The migrations the local run applies: the shared ones and every registered provider's, in

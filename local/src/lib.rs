@@ -19,3 +19,6 @@ pub mod runtime_api;
 pub mod scratch;
 pub mod sign;
 pub mod spill;
+
+/// The provider registry's one reader, which [`functions`] builds the local run's view on.
+pub use claimonce_registry as registry;

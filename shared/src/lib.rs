@@ -52,9 +52,9 @@
 //!     type Event = Credit;
 //!     type Rust<'e> = Grant<'e>; // NoRustEffect for a provider whose effects are all SQL
 //!
-//!     fn name(&self) -> &'static str {
-//!         "example" // the ledger namespace, the route /webhooks/example, the role claimonce_example
-//!     }
+//!     // The crate's Cargo.toml, whose registry entry names the provider (the ledger namespace,
+//!     // the route /webhooks/example, the role claimonce_example) and its secret variable.
+//!     const MANIFEST: &'static str = MANIFEST;
 //!
 //!     fn verifier(&self) -> Option<&dyn Scheme> {
 //!         Some(&self.verifier)
@@ -75,7 +75,7 @@
 //!     }
 //! }
 //!
-//! /// The crate's registry entry, in its `Cargo.toml` (`main` reads it with
+//! /// The crate's registry entry, in its `Cargo.toml` (a crate writes
 //! /// `include_str!("../Cargo.toml")`): the provider's name and its secret variable.
 //! const MANIFEST: &str = r#"
 //! [package.metadata.claimonce]
@@ -84,8 +84,8 @@
 //! "#;
 //!
 //! /// The Lambda binary's `main`: secrets, database and limits from the environment, then serve.
-//! async fn main_of_the_binary() -> Result<(), lambda_http::Error> {
-//!     claimonce::run_from_env(MANIFEST, Example::from_secret).await
+//! async fn main_of_the_binary() -> std::process::ExitCode {
+//!     claimonce::run_from_env(Example::from_secret).await
 //! }
 //!
 //! // Before the database: the signature over the raw bytes, then the provider's parser.
@@ -135,7 +135,6 @@
 pub mod auth;
 pub mod bridge;
 pub mod config;
-pub mod conventions;
 pub mod db;
 pub mod effect;
 pub mod fetch;

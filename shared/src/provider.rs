@@ -140,8 +140,15 @@ pub trait Provider: Send + Sync + 'static {
     /// The provider's event, as its effect needs it.
     type Event: Send + Sync;
 
-    /// The ledger namespace (`processed_events.provider`).
-    fn name(&self) -> &'static str;
+    /// The provider crate's manifest, `include_str!("../Cargo.toml")` in its `lib.rs`: its
+    /// registry entry (`[package.metadata.claimonce]`) is where the provider's name and secret
+    /// variable are written, once ([`claimonce_registry`]).
+    const MANIFEST: &'static str;
+
+    /// The ledger namespace (`processed_events.provider`), the route segment and the role's
+    /// suffix: the registry entry's `provider`, read from [`Provider::MANIFEST`] by the
+    /// compiler (a manifest without one does not build). Not to be set.
+    const NAME: &'static str = claimonce_registry::provider_name(Self::MANIFEST);
 
     /// The configured signature scheme, which verifies and signs; `None` for a provider that
     /// takes no webhooks (one built to read events from its sender's own API, a recover

@@ -1,16 +1,14 @@
-//! A provider crate's registry entry, the `[package.metadata.claimonce]` table of its
-//! `Cargo.toml`: the one place its secret variable and provider name are written. The local
-//! run, the harness and `scripts/template` read it with `cargo metadata`; the function binary
-//! reads it from its own manifest, compiled in (`include_str!("../Cargo.toml")`), so `main.rs`
-//! names neither.
+//! What a function binary reads from its provider's registry entry, the
+//! `[package.metadata.claimonce]` table of the provider crate's `Cargo.toml`
+//! ([`crate::Provider::MANIFEST`], compiled in), through [`claimonce_registry`], the one reader
+//! of the registry: the provider's name (at compile time: [`crate::Provider::NAME`]), its
+//! secret variable and where its sender's API is configured.
 
 use crate::config::ConfigError;
 
-/// What a function binary needs from its registry entry.
+/// What a function binary needs from its registry entry besides the provider's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// `provider`: the ledger namespace, which the provider's `name()` must return.
-    pub provider: &'static str,
     /// `secret_var`: the variable its signing secrets come from (or `<secret_var>_ARN`).
     pub secret_var: &'static str,
     /// `api_key_var`, `api_base_var` and `api_base`, when the provider completes events from
@@ -30,16 +28,16 @@ pub struct ApiEntry {
 }
 
 impl Entry {
-    /// Reads the entry from a crate manifest's text ([`crate::conventions::registry_value`]).
+    /// Reads the entry from a crate manifest's text.
     pub fn from_manifest(manifest: &'static str) -> Result<Self, ConfigError> {
+        let optional = |key: &str| claimonce_registry::entry_value(manifest, key);
         let value = |key: &str| {
-            crate::conventions::registry_value(manifest, key).ok_or_else(|| {
+            optional(key).ok_or_else(|| {
                 ConfigError::new(format!(
                     "the crate's manifest has no {key} in its [package.metadata.claimonce] table"
                 ))
             })
         };
-        let optional = |key: &str| crate::conventions::registry_value(manifest, key);
         let api = match optional("api_key_var") {
             None => None,
             Some(key_var) => Some(ApiEntry {
@@ -49,7 +47,6 @@ impl Entry {
             }),
         };
         Ok(Self {
-            provider: value("provider")?,
             secret_var: value("secret_var")?,
             api,
         })
@@ -61,25 +58,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_entry_is_read_from_its_table_only() {
-        let manifest = r#"
-[package]
-name = "x-webhook"
-provider = "not-this-one"
-
-[package.metadata.claimonce]
-# a comment
-provider = "x"
-secret_var = "X_WEBHOOK_SECRET" # the secrets
-scheme = "body-hmac-sha256"
-
-[package.metadata.claimonce.deploy]
-secret_var = "NOT_THIS_ONE"
-"#;
+    fn the_entry_names_its_variables_and_a_missing_one_is_named() {
+        let manifest = "[package.metadata.claimonce]\nprovider = \"x\"\n\
+                        secret_var = \"X_WEBHOOK_SECRET\"\napi_key_var = \"X_API_KEY\"\n\
+                        api_base_var = \"X_API_BASE\"\napi_base = \"https://x.example\"\n";
         let entry = Entry::from_manifest(manifest).expect("an entry");
-        assert_eq!(entry.provider, "x");
         assert_eq!(entry.secret_var, "X_WEBHOOK_SECRET");
+        let api = entry.api.expect("an API");
+        assert_eq!(
+            (api.key_var, api.base_var, api.base),
+            ("X_API_KEY", "X_API_BASE", "https://x.example")
+        );
         let refused = Entry::from_manifest("[package]\nname = \"y\"\n").expect_err("no table");
-        assert!(refused.to_string().contains("provider"), "{refused}");
+        assert!(refused.to_string().contains("secret_var"), "{refused}");
+        let half = "[package.metadata.claimonce]\nsecret_var = \"S\"\napi_key_var = \"K\"\n";
+        let refused = Entry::from_manifest(half).expect_err("a key without its base");
+        assert!(refused.to_string().contains("api_base_var"), "{refused}");
     }
 }

@@ -320,7 +320,7 @@ impl TestDb {
     /// environment, logging into memory. It logs in as the provider's own login, as in
     /// production, so every delivery of the suite passes the database's claim gate.
     pub fn receiver<P: Provider>(&self, provider: P) -> (Receiver<P>, Captured) {
-        let url = self.function_url_as(provider.name());
+        let url = self.function_url_as(P::NAME);
         receiver_at(&url, provider)
     }
 

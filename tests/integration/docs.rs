@@ -232,3 +232,67 @@ fn no_document_cites_an_issue_or_this_machine() {
     }
     assert!(found.is_empty(), "{found:#?}");
 }
+
+/// ARCHITECTURE.md's codemap is the tree as it is: every file of the shared crate is named in
+/// it (a top-level one as `src/<file>`, one in a folder by its name), every `src/…` path it
+/// names exists, and every crate folder of the workspace has its line.
+#[test]
+fn the_codemap_names_every_module_and_nothing_that_is_gone() {
+    fn files(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                found.push(path.clone());
+                files(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let start = text
+        .find("```\nshared/ ")
+        .expect("the codemap block opens with shared/");
+    let block = text[start + 3..]
+        .split("```")
+        .next()
+        .expect("the codemap block");
+    let src = root.join("shared/src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut unnamed = Vec::new();
+    for path in &all {
+        let relative = path.strip_prefix(&src).expect("under src");
+        let name = relative
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("a name");
+        let named = if relative.parent() == Some(Path::new("")) {
+            let suffix = if path.is_dir() { "/" } else { "" };
+            block.contains(&format!("src/{name}{suffix}"))
+        } else {
+            ["lib.rs", "mod.rs"].contains(&name) || block.contains(name)
+        };
+        if !named && name != "lib.rs" {
+            unnamed.push(relative.display().to_string());
+        }
+    }
+    let gone: Vec<&str> = block
+        .split(|c: char| c.is_whitespace() || "(),;`".contains(c))
+        .filter_map(|word| word.strip_prefix("src/"))
+        .filter(|path| !path.is_empty() && !src.join(path).exists())
+        .collect();
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let members = claimonce_local::registry::array(&workspace, "workspace", "members");
+    let crates: Vec<&str> = members
+        .iter()
+        .filter(|m| !m.ends_with("/*") && !block.contains(&format!("\n{m}/ ")))
+        .copied()
+        .collect();
+    assert!(
+        unnamed.is_empty() && gone.is_empty() && crates.is_empty(),
+        "files the codemap does not name: {unnamed:?}; paths it names that are gone: {gone:?}; \
+         crate folders without a line: {crates:?}"
+    );
+}

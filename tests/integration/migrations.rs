@@ -86,7 +86,7 @@ async fn the_sql_files_apply_in_order_with_psql() {
     files.sort_by_key(|p| {
         p.file_name()
             .and_then(|n| n.to_str())
-            .and_then(claimonce::conventions::migration_file_name)
+            .and_then(claimonce_local::registry::migration_file_name)
             .map(|(version, _)| version)
             .expect("V<n>__<name>.sql")
     });

@@ -153,9 +153,13 @@ async fn a_runtime_api_that_fails_before_any_invocation_is_still_an_error() {
     .expect("the function exits")
     .expect("wait");
     assert!(!output.status.success(), "{:?}", output.status);
+    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("Error"),
-        "{}",
+        stdout
+            .lines()
+            .any(|line| line.contains("\"level\":\"ERROR\"")
+                && line.contains("the Lambda Runtime API failed before any invocation")),
+        "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
 }

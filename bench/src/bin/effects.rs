@@ -55,9 +55,7 @@ struct Orders(Shopify, Form);
 impl Provider for Orders {
     type Event = ShopifyEvent;
     type Rust<'e> = InRust<'e>;
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
+    const MANIFEST: &'static str = <Shopify as Provider>::MANIFEST;
     fn verifier(&self) -> Option<&dyn Scheme> {
         self.0.verifier()
     }

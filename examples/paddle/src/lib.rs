@@ -16,9 +16,6 @@ use serde::Deserialize;
 
 pub use scheme::PaddleSignature;
 
-/// The ledger namespace and route segment: `POST /webhooks/paddle`.
-pub const PROVIDER: &str = "paddle";
-
 /// This crate's migrations, applied after claimonce's shared ones. Numbered from 10000 up, the
 /// range claimonce leaves to provider crates outside its repository.
 pub const MIGRATIONS: &[Migration] = &[Migration {
@@ -207,9 +204,8 @@ impl Provider for Paddle {
     type Event = PaddleEvent;
     type Rust<'e> = CreditCustomer<'e>;
 
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
+    // The registry entry: the provider's name and secret variable, written once, there.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.signature)

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use claimonce::Provider;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::timestamp::unix_now;
@@ -16,7 +17,7 @@ use claimonce::verify::Sign;
 use claimonce::{Limits, Receiver};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::scratch::{Scratch, ScratchDb};
-use paddle_webhook::{MIGRATIONS, PROVIDER, Paddle, PaddleSignature};
+use paddle_webhook::{MIGRATIONS, Paddle, PaddleSignature};
 use serde_json::{Value, json};
 use tokio::sync::{Barrier, OnceCell};
 use tokio_postgres::Client;
@@ -45,7 +46,7 @@ async fn scratch() -> &'static Scratch {
 async fn migrated() -> (ScratchDb<'static>, Client, String) {
     let db = scratch().await.migrated().await.expect("a database");
     let admin = db.admin().await.expect("admin");
-    let login = db.login(PROVIDER).await.expect("the login");
+    let login = db.login(Paddle::NAME).await.expect("the login");
     (db, admin, login)
 }
 
@@ -162,7 +163,7 @@ async fn the_binaries_migrate_and_apply_the_sample_once_under_the_local_emulator
     let outcome = invoke(&migrate, &json!({})).await;
     assert_eq!(outcome["applied"], json!(expected), "{outcome}");
 
-    let url = db.login(PROVIDER).await.expect("the login");
+    let url = db.login(Paddle::NAME).await.expect("the login");
     let (webhook, _webhook) = under_the_emulator(
         "paddle-webhook",
         env!("CARGO_BIN_EXE_paddle-webhook"),

@@ -27,8 +27,6 @@ const SIGNATURE_HEADER_NAME: &str = "X-Hub-Signature-256";
 pub const EVENT_HEADER: &str = "x-github-event";
 /// GitHub's id of the delivery (unsigned); a redelivery repeats it.
 pub const DELIVERY_HEADER: &str = "x-github-delivery";
-/// The ledger namespace.
-pub const PROVIDER: &str = "github";
 /// Longest event name accepted (GitHub's longest is about 40 characters).
 const MAX_EVENT_NAME: usize = 64;
 
@@ -350,9 +348,8 @@ impl Provider for GitHub {
     type Event = GitHubEvent;
     type Rust<'e> = NoRustEffect;
 
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
+    // The registry entry: the provider's name and secret variable, written once, there.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)
@@ -374,7 +371,7 @@ impl Provider for GitHub {
 #[cfg(test)]
 mod tests {
     use claimonce::verify::Verified;
-    use lambda_http::http::HeaderMap;
+    use http::HeaderMap;
 
     use super::*;
 

@@ -13,9 +13,6 @@ use claimonce::{
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The ledger namespace.
-pub const PROVIDER: &str = "resend";
-
 /// The Resend receiver's provider half.
 #[derive(Debug, Clone)]
 pub struct Resend {
@@ -208,9 +205,8 @@ impl Provider for Resend {
     type Event = ResendEvent;
     type Rust<'e> = NoRustEffect;
 
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
+    // The registry entry: the provider's name and secret variable, written once, there.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)

@@ -23,7 +23,7 @@ use claimonce::{
     Bridged, Effect, EffectError, EventId, Param, Parsed, Plan, Problem, Provider, Rejection,
     RustEffect, Signed, Tx, Type, Unsigned,
 };
-use lambda_http::http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -33,8 +33,6 @@ pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
 pub const TOPIC_HEADER: &str = "x-shopify-topic";
 /// Shopify's id of the delivery (unsigned); a retry repeats it.
 pub const WEBHOOK_ID_HEADER: &str = "x-shopify-webhook-id";
-/// The ledger namespace.
-pub const PROVIDER: &str = "shopify";
 /// Longest topic accepted (Shopify's are a few dozen characters).
 const MAX_TOPIC: usize = 64;
 /// Longest stored text value.
@@ -385,9 +383,8 @@ impl Provider for Shopify {
     type Event = ShopifyEvent;
     type Rust<'e> = KeepOrder<'e>;
 
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
+    // The registry entry: the provider's name and secret variable, written once, there.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(&self.verifier)

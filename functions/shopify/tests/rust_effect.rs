@@ -187,9 +187,8 @@ impl Provider for Sends {
     type Event = ShopifyEvent;
     type Rust<'e> = ThenSends<'e>;
 
-    fn name(&self) -> &'static str {
-        "shopify"
-    }
+    // Shopify's registry entry: its ledger name and role.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(shopify_verifier())
@@ -565,9 +564,8 @@ impl Provider for Overruns {
     type Event = ShopifyEvent;
     type Rust<'e> = Overrun<'e>;
 
-    fn name(&self) -> &'static str {
-        "shopify"
-    }
+    // Shopify's registry entry: its ledger name and role.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         Some(shopify_verifier())

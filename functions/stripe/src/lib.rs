@@ -18,8 +18,6 @@ pub use thin::{Thin, parse_thin};
 
 /// The header Stripe signs with (lower case, as `http` stores header names).
 pub const SIGNATURE_HEADER: &str = "stripe-signature";
-/// The ledger namespace.
-pub const PROVIDER: &str = "stripe";
 
 /// The Stripe receiver's provider half.
 #[derive(Debug, Clone)]
@@ -318,9 +316,8 @@ impl Provider for Stripe {
     type Event = StripeEvent;
     type Rust<'e> = NoRustEffect;
 
-    fn name(&self) -> &'static str {
-        PROVIDER
-    }
+    // The registry entry: the provider's name and secret variable, written once, there.
+    const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
     fn verifier(&self) -> Option<&dyn Scheme> {
         self.verifier.as_ref().map(|v| v as &dyn Scheme)

@@ -2,11 +2,7 @@
 //! receiver loop.
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), lambda_http::Error> {
+async fn main() -> std::process::ExitCode {
     // The secret variable and the provider's name come from the registry entry in Cargo.toml.
-    claimonce::run_from_env(
-        include_str!("../Cargo.toml"),
-        stripe_webhook::Stripe::from_secret,
-    )
-    .await
+    claimonce::run_from_env(stripe_webhook::Stripe::from_secret).await
 }

@@ -197,33 +197,24 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     }
 }
 
-/// The whole of a provider function's `main`, given its crate's manifest
-/// (`include_str!("../Cargo.toml")`): read the signing secrets from the variable its registry
-/// entry names (`secret_var`, or the Secrets Manager secret `<secret_var>_ARN` names:
-/// [`crate::secrets`]), build the provider from them with `build` (its `name()` must be the
-/// entry's `provider`) and the receiver from the environment, connect, and serve. A
-/// configuration error is logged as one line (naming the variable, never its value) and ends
-/// the process before it takes any request.
+/// The whole of a provider function's `main`: read the signing secrets from the variable the
+/// provider's registry entry names (`secret_var` in [`Provider::MANIFEST`], or the Secrets
+/// Manager secret `<secret_var>_ARN` names: [`crate::secrets`]), build the provider from them
+/// with `build` and the receiver from the environment, connect, and serve. A configuration
+/// error is logged as one line (naming the variable, never its value) and ends the process
+/// before it takes any request, as a Runtime API that fails before the first invocation does;
+/// both exit with a failure status.
 pub async fn run_from_env<P: Provider>(
-    manifest: &'static str,
     build: fn(&str) -> Result<P, ConfigError>,
-) -> Result<(), lambda_http::Error> {
+) -> std::process::ExitCode {
     let log = Log::process();
     let built = async {
-        let entry = crate::registry::Entry::from_manifest(manifest)?;
+        let entry = crate::registry::Entry::from_manifest(P::MANIFEST)?;
         let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;
         let interval = crate::secrets::refresh_interval()?;
         let provider = build(&secrets.read().await?)?;
-        if provider.name() != entry.provider {
-            return Err(ConfigError::new(format!(
-                "the provider is named {:?}, its registry entry {:?}: they are one name (the \
-                 ledger namespace, the route, the role)",
-                provider.name(),
-                entry.provider
-            )));
-        }
         let spill = crate::spill::Spill::from_env()?;
-        let bridge = crate::bridge::Bridge::from_env(entry.provider)?;
+        let bridge = crate::bridge::Bridge::from_env(P::NAME)?;
         let api = crate::fetch::SenderApi::from_env(&entry).await?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
@@ -236,5 +227,19 @@ pub async fn run_from_env<P: Provider>(
         )
     }
     .await;
-    serve(log.config(built)?).await
+    let Ok(receiver) = log.config(built) else {
+        return std::process::ExitCode::FAILURE;
+    };
+    match serve(receiver).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The HTTP client's error: no request data in it.
+            log.write(
+                crate::log::Level::Error,
+                "the Lambda Runtime API failed before any invocation",
+                serde_json::json!({"cause": error.to_string()}),
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -139,10 +139,11 @@ impl<P: Provider> Receiver<P> {
             ));
         }
         let restored = record.restore().map_err(|why| unreadable(why.to_owned()))?;
-        if restored.provider != self.name {
+        if restored.provider != P::NAME {
             return Err(unreadable(format!(
                 "a message for provider {:?} on {:?}'s queue",
-                restored.provider, self.name
+                restored.provider,
+                P::NAME
             )));
         }
         let reparsed = self

@@ -12,7 +12,7 @@ impl<P: Provider> Receiver<P> {
         let connected = self.database.warm_up().await;
         let connect_ms = started.elapsed().as_secs_f64() * 1000.0;
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.name.into());
+        fields.insert("provider".into(), P::NAME.into());
         let cold = metrics::Metric {
             name: "ColdStart",
             unit: "Count",
@@ -28,12 +28,12 @@ impl<P: Provider> Receiver<P> {
                     unit: "Milliseconds",
                     value: connect_ms,
                 };
-                metrics::embed(&mut fields, &[("Provider", self.name)], &[cold, connect]);
+                metrics::embed(&mut fields, &[("Provider", P::NAME)], &[cold, connect]);
                 self.log.write(Level::Info, "cold start", fields);
             }
             Err(e) => {
                 fields.insert("error".into(), e.to_string().into());
-                metrics::embed(&mut fields, &[("Provider", self.name)], &[cold]);
+                metrics::embed(&mut fields, &[("Provider", P::NAME)], &[cold]);
                 self.log
                     .write(Level::Warn, "database not reachable at cold start", fields);
             }
@@ -53,7 +53,7 @@ impl<P: Provider> Receiver<P> {
             bound.statement_timeout.is_zero() || bound.statement_timeout > function_timeout;
         if unbounded {
             let mut fields = Map::new();
-            fields.insert("provider".into(), self.name.into());
+            fields.insert("provider".into(), P::NAME.into());
             fields.insert("login".into(), bound.login.as_str().into());
             fields.insert(
                 "statement_timeout_ms".into(),
@@ -72,7 +72,7 @@ impl<P: Provider> Receiver<P> {
                 unit: "Count",
                 value: 1.0,
             };
-            metrics::embed(&mut fields, &[("Provider", self.name)], &[metric]);
+            metrics::embed(&mut fields, &[("Provider", P::NAME)], &[metric]);
             self.log.write(
                 Level::Error,
                 "the login's statement_timeout does not end a statement within the function's \
@@ -91,14 +91,14 @@ impl<P: Provider> Receiver<P> {
             return;
         }
         let mut fields = Map::new();
-        fields.insert("provider".into(), self.name.into());
+        fields.insert("provider".into(), P::NAME.into());
         fields.insert("event_id".into(), event_id.as_str().into());
         let metric = metrics::Metric {
             name: "Reconnects",
             unit: "Count",
             value: reconnects as f64,
         };
-        metrics::embed(&mut fields, &[("Provider", self.name)], &[metric]);
+        metrics::embed(&mut fields, &[("Provider", P::NAME)], &[metric]);
         self.log.write(Level::Info, "reconnected", fields);
     }
 }

@@ -77,9 +77,6 @@ impl Default for Limits {
 pub struct Receiver<P> {
     /// Replaced when the signing secrets are read again ([`Receiver::with_secret_refresh`]).
     provider: std::sync::RwLock<std::sync::Arc<P>>,
-    /// The provider's ledger name, read once: a rebuilt provider keeps it, and the log lines
-    /// and the claim need it without taking the lock.
-    name: &'static str,
     refresh: Option<Refresh<P>>,
     database: Database,
     limits: Limits,
@@ -99,7 +96,6 @@ impl<P: Provider> Receiver<P> {
     /// Assembles a receiver.
     pub fn new(provider: P, database: Database, limits: Limits, log: Log) -> Self {
         Self {
-            name: provider.name(),
             provider: std::sync::RwLock::new(std::sync::Arc::new(provider)),
             refresh: None,
             database,
@@ -291,7 +287,7 @@ impl<P: Provider> Receiver<P> {
             return (Disposition::Error, Some(e.summary()));
         };
         let spilled = crate::spill::Spilled {
-            provider: self.name,
+            provider: P::NAME,
             event_id,
             body,
             headers: read_headers,
@@ -317,7 +313,7 @@ impl<P: Provider> Receiver<P> {
         payload_sha256: Option<[u8; 32]>,
     ) -> Result<Disposition, crate::db::DeliveryError> {
         let claim = Claim {
-            provider: self.name,
+            provider: P::NAME,
             event_id: parsed.event_id.as_str(),
             event_type: &parsed.event_type,
             payload_sha256,

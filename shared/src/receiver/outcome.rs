@@ -165,7 +165,7 @@ impl<P: Provider> Receiver<P> {
     pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
         let disposition = outcome.disposition.name();
         let mut line = Line {
-            provider: self.name,
+            provider: P::NAME,
             request_id: None,
             sqs_message_id: None,
             eventbridge_id: None,
@@ -189,7 +189,7 @@ impl<P: Provider> Receiver<P> {
                     line.problem = Some(r.problem.slug());
                 }
                 line.metrics = Some(Metrics::Delivery(metrics::Delivery::new(
-                    self.name,
+                    P::NAME,
                     disposition,
                     latency_ms,
                 )));
@@ -205,7 +205,7 @@ impl<P: Provider> Receiver<P> {
                 line.receive_count = Some(receive_count);
                 line.queued_seconds = queued_seconds;
                 line.metrics = Some(Metrics::Drained(metrics::Drained::new(
-                    self.name,
+                    P::NAME,
                     disposition,
                 )));
                 ("drained", !outcome.applied())

@@ -83,7 +83,7 @@ impl<P: Provider> Receiver<P> {
     ) -> Result<std::collections::HashSet<String>, crate::db::DeliveryError> {
         self.database
             .run(&crate::pipeline::Claimed {
-                provider: self.name,
+                provider: P::NAME,
                 event_ids,
             })
             .await

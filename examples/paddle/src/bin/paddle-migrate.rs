@@ -2,10 +2,13 @@
 //! invoke): claimonce's shared migrations, then Paddle's, in one version sequence.
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), lambda_http::Error> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     claimonce_migrate::run_from_env_with(
         claimonce_migrations::SHARED,
-        &[(paddle_webhook::PROVIDER, paddle_webhook::MIGRATIONS)],
+        &[(
+            <paddle_webhook::Paddle as claimonce::Provider>::NAME,
+            paddle_webhook::MIGRATIONS,
+        )],
     )
     .await
 }
