@@ -129,10 +129,10 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// Adds `provider`'s receiver, built by `build` (its function's constructor) from the
+    /// Adds a provider's receiver, built by `build` (its function's constructor) from the
     /// local secret its registry entry gives.
-    pub fn add<P: Provider>(&mut self, provider: &str, build: fn(&str) -> Result<P, ConfigError>) {
-        let function = claimonce_local::functions::by_provider(provider)
+    pub fn add<P: Provider>(&mut self, build: fn(&str) -> Result<P, ConfigError>) {
+        let function = claimonce_local::functions::by_provider(P::NAME)
             .expect("the provider registry")
             .expect("a registered provider");
         let secret = function.dev_secret;
@@ -166,7 +166,8 @@ impl Builder {
         }
         assert!(
             !samples.is_empty(),
-            "{provider}: no sample in events/{provider}/"
+            "{0}: no sample in events/{0}/",
+            P::NAME
         );
         let limits = Limits {
             max_body_bytes: MAX_BODY_BYTES,

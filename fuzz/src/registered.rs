@@ -4,8 +4,8 @@
 
 /// Adds every registered provider to `builder`.
 pub(crate) fn add_all(builder: &mut crate::Builder) {
-    builder.add("github", github_webhook::GitHub::from_secret);
-    builder.add("resend", resend_webhook::Resend::from_secret);
-    builder.add("shopify", shopify_webhook::Shopify::from_secret);
-    builder.add("stripe", stripe_webhook::Stripe::from_secret);
+    builder.add(github_webhook::GitHub::from_secret);
+    builder.add(resend_webhook::Resend::from_secret);
+    builder.add(shopify_webhook::Shopify::from_secret);
+    builder.add(stripe_webhook::Stripe::from_secret);
 }
