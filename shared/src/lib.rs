@@ -92,13 +92,8 @@
 //! let example = Example::from_secret("s3cret").expect("a secret");
 //! let body = br#"{"id":"evt_1","type":"credit.granted","amount":500}"#;
 //! let mut headers = http::HeaderMap::new();
-//! for (name, value) in example.verifier.sign(body, 0, "") {
-//!     let name = http::HeaderName::from_bytes(name.as_bytes()).expect("a header name");
-//!     headers.insert(name, value.parse().expect("a header value"));
-//! }
-//! let verified = example.verifier.verify(&headers, body, 0).expect("signed with the secret");
-//! let sha256: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(body).into();
-//! let signed = Signed::new(body, &sha256, &verified);
+//! example.verifier.sign_into(&mut headers, body, 0, "");
+//! let signed = Signed::verify(&example.verifier, &headers, body, 0).expect("signed with the secret");
 //! let parsed = example.parse(&signed, &Unsigned::new(&headers)).expect("a credit");
 //! assert_eq!(parsed.event_id.as_str(), "evt_1");
 //! assert!(matches!(example.plan(&parsed), Plan::Rust(_)));

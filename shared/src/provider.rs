@@ -9,6 +9,7 @@
 //! on its own.
 
 use http::HeaderMap;
+use sha2::{Digest, Sha256};
 
 use crate::bridge::Bridged;
 use crate::effect::{Plan, RustEffect};
@@ -16,25 +17,39 @@ use crate::fetch::{Incomplete, SenderApi};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
-use crate::verify::{Scheme, Verified};
+use crate::verify::{Scheme, Verified, Verify};
 
 /// What the signature covers: the raw body, its SHA-256, and what the scheme's signed headers
 /// said.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Signed<'a> {
     body: &'a [u8],
-    sha256: &'a [u8; 32],
-    verified: &'a Verified,
+    sha256: [u8; 32],
+    verified: Verified,
 }
 
 impl<'a> Signed<'a> {
-    /// A verified body. Only the receiver (and tests) build one, after the signature passed.
-    pub fn new(body: &'a [u8], sha256: &'a [u8; 32], verified: &'a Verified) -> Self {
+    /// `body` with what its verification learned. Only the receiver builds one this way: for
+    /// a delivery whose signature passed, and for an event whose way of arriving vouches for it
+    /// (EventBridge, the sender's API read over verified TLS).
+    pub(crate) fn new(body: &'a [u8], verified: Verified) -> Self {
         Self {
             body,
-            sha256,
+            sha256: Sha256::digest(body).into(),
             verified,
         }
+    }
+
+    /// `body` verified by `scheme` against `headers` at `now`, as the receiver verifies a
+    /// delivery: the one way a provider crate's tests hand their parser a signed body (signed
+    /// first through the scheme's [`Sign`](crate::verify::Sign)).
+    pub fn verify(
+        scheme: &dyn Verify,
+        headers: &HeaderMap,
+        body: &'a [u8],
+        now: u64,
+    ) -> Result<Self, Rejection> {
+        Ok(Self::new(body, scheme.verify(headers, body, now)?))
     }
 
     /// The raw body, exactly as signed.
@@ -43,12 +58,12 @@ impl<'a> Signed<'a> {
     }
 
     /// SHA-256 of the raw body (stored with the claim).
-    pub fn sha256(&self) -> &'a [u8; 32] {
-        self.sha256
+    pub fn sha256(&self) -> &[u8; 32] {
+        &self.sha256
     }
 
     /// The message id, when the scheme signs one (Standard Webhooks' `webhook-id`).
-    pub fn message_id(&self) -> Option<&'a EventId> {
+    pub fn message_id(&self) -> Option<&EventId> {
         self.verified.message_id.as_ref()
     }
 }

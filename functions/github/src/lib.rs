@@ -370,7 +370,6 @@ impl Provider for GitHub {
 
 #[cfg(test)]
 mod tests {
-    use claimonce::verify::Verified;
     use http::HeaderMap;
 
     use super::*;
@@ -382,12 +381,15 @@ mod tests {
             DELIVERY_HEADER,
             "72d3162e-cc78-11e3-81ab-4c9367dc0958".parse().expect("id"),
         );
-        let sha = [7u8; 32];
-        let verified = Verified::default();
-        parse_event(
-            &Signed::new(body, &sha, &verified),
-            &Unsigned::new(&headers),
-        )
+        parse_event(&signed(body, &mut headers), &Unsigned::new(&headers))
+    }
+
+    /// `body` signed through the provider's own scheme, then verified as the receiver does.
+    fn signed<'b>(body: &'b [u8], headers: &mut HeaderMap) -> Signed<'b> {
+        let provider = GitHub::from_secret("test-secret").expect("a secret");
+        let scheme = provider.verifier().expect("a scheme");
+        scheme.sign_into(headers, body, 0, "");
+        Signed::verify(scheme, headers, body, 0).expect("signed")
     }
 
     const CREATED: &[u8] = br#"{"action":"created","installation":{"id":42,
@@ -400,7 +402,13 @@ mod tests {
     #[test]
     fn an_installation_is_read_with_its_order_and_repositories() {
         let parsed = parse("installation", CREATED).expect("valid");
-        assert_eq!(parsed.event_id.as_str(), "07".repeat(32));
+        let mut signature = HeaderMap::new();
+        let sha256 = *signed(CREATED, &mut signature).sha256();
+        assert_eq!(
+            parsed.event_id.as_str(),
+            claimonce::verify::lower_hex(&sha256),
+            "the body's hash"
+        );
         assert_eq!(parsed.event_type, "installation.created");
         assert_eq!(
             parsed.delivery_id.as_ref().map(EventId::as_str),
@@ -518,11 +526,10 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
-        let sha = [0u8; 32];
-        let verified = Verified::default();
+        let mut signature = HeaderMap::new();
         let none = HeaderMap::new();
         assert_eq!(
-            parse_event(&Signed::new(b"{}", &sha, &verified), &Unsigned::new(&none))
+            parse_event(&signed(b"{}", &mut signature), &Unsigned::new(&none))
                 .expect_err("no event name")
                 .problem,
             Problem::InvalidPayload

@@ -409,7 +409,6 @@ impl Provider for Shopify {
 
 #[cfg(test)]
 mod tests {
-    use claimonce::verify::Verified;
 
     use super::*;
 
@@ -420,12 +419,15 @@ mod tests {
             WEBHOOK_ID_HEADER,
             "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043".parse().expect("id"),
         );
-        let sha = [9u8; 32];
-        let verified = Verified::default();
-        parse_event(
-            &Signed::new(body, &sha, &verified),
-            &Unsigned::new(&headers),
-        )
+        parse_event(&signed(body, &mut headers), &Unsigned::new(&headers))
+    }
+
+    /// `body` signed through the provider's own scheme, then verified as the receiver does.
+    fn signed<'b>(body: &'b [u8], headers: &mut HeaderMap) -> Signed<'b> {
+        let provider = Shopify::from_secret("test-secret").expect("a secret");
+        let scheme = provider.verifier().expect("a scheme");
+        scheme.sign_into(headers, body, 0, "");
+        Signed::verify(scheme, headers, body, 0).expect("signed")
     }
 
     const ORDER: &str = r#"{"id":820982911946154508,"email":"jon@example.com",
@@ -436,7 +438,13 @@ mod tests {
     #[test]
     fn an_order_is_read_with_its_state_from_the_body() {
         let parsed = parse("orders/updated", ORDER.as_bytes()).expect("valid");
-        assert_eq!(parsed.event_id.as_str(), "09".repeat(32));
+        let mut signature = HeaderMap::new();
+        let sha256 = *signed(ORDER.as_bytes(), &mut signature).sha256();
+        assert_eq!(
+            parsed.event_id.as_str(),
+            claimonce::verify::lower_hex(&sha256),
+            "the body's hash"
+        );
         assert_eq!(parsed.event_type, "orders/updated");
         assert_eq!(
             parsed.delivery_id.as_ref().map(EventId::as_str),
@@ -530,10 +538,9 @@ mod tests {
         );
         let bridged = unwrap_bridged(&detail).expect("a Shopify detail");
         assert_eq!(bridged.body, ORDER);
-        let sha = [1u8; 32];
-        let verified = Verified::default();
+        let mut signature = HeaderMap::new();
         let parsed = parse_event(
-            &Signed::new(bridged.body.as_bytes(), &sha, &verified),
+            &signed(bridged.body.as_bytes(), &mut signature),
             &Unsigned::new(&bridged.headers),
         )
         .expect("an order");

@@ -175,9 +175,8 @@ impl<P: Provider> Receiver<P> {
             .verifier()
             .ok_or_else(super::takes_no_webhooks)?
             .authenticate(headers, body)?;
-        let sha: [u8; 32] = Sha256::digest(body).into();
-        let parsed =
-            provider.parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
-        Ok((parsed, sha))
+        let signed = Signed::new(body, verified);
+        let parsed = provider.parse(&signed, &Unsigned::new(headers))?;
+        Ok((parsed, *signed.sha256()))
     }
 }

@@ -6,7 +6,6 @@ use std::time::Instant;
 use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 use serde_json::Map;
-use sha2::{Digest, Sha256};
 
 mod bridged;
 mod drain;
@@ -194,8 +193,7 @@ impl<P: Provider> Receiver<P> {
         }
         let provider = self.provider();
         let verifier = provider.verifier().ok_or_else(takes_no_webhooks)?;
-        let verified = verifier.verify(request.headers(), body, now)?;
-        let payload_sha256: [u8; 32] = Sha256::digest(body).into();
+        let signed = Signed::new(body, verifier.verify(request.headers(), body, now)?);
         // The headers the scheme and the parser read are kept only for a spill queue's
         // message, which the drain verifies and parses again.
         let read = std::cell::RefCell::new(Vec::new());
@@ -210,10 +208,10 @@ impl<P: Provider> Receiver<P> {
             }
             None => Unsigned::new(request.headers()),
         };
-        let parsed = provider.parse(&Signed::new(body, &payload_sha256, &verified), &unsigned)?;
+        let parsed = provider.parse(&signed, &unsigned)?;
         Ok(Admitted {
             parsed,
-            payload_sha256,
+            payload_sha256: *signed.sha256(),
             read_headers: read.into_inner(),
         })
     }

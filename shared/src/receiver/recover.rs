@@ -26,12 +26,9 @@ impl<P: Provider> Receiver<P> {
         body: &[u8],
         headers: &http::HeaderMap,
     ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
-        let verified = crate::verify::Verified::default();
-        let sha: [u8; 32] = Sha256::digest(body).into();
-        let parsed = self
-            .provider()
-            .parse(&Signed::new(body, &sha, &verified), &Unsigned::new(headers))?;
-        Ok((parsed, sha))
+        let signed = Signed::new(body, crate::verify::Verified::default());
+        let parsed = self.provider().parse(&signed, &Unsigned::new(headers))?;
+        Ok((parsed, *signed.sha256()))
     }
 
     /// Applies an event read from its sender's own API (a recover function's: Stripe's

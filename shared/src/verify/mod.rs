@@ -83,6 +83,19 @@ pub trait Sign {
     /// is the message id, for a scheme that signs one (Standard Webhooks); the others ignore
     /// it.
     fn sign(&self, body: &[u8], now: u64, id: &str) -> Vec<(String, String)>;
+
+    /// [`Sign::sign`]'s headers added to `headers`, as a request would carry them (a pair
+    /// that is not a valid header is left out, and then fails verification).
+    fn sign_into(&self, headers: &mut HeaderMap, body: &[u8], now: u64, id: &str) {
+        for (name, value) in self.sign(body, now, id) {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(&value),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+    }
 }
 
 /// A signature scheme as one value: what verifies a delivery also signs one, so a provider's
