@@ -296,3 +296,97 @@ fn the_codemap_names_every_module_and_nothing_that_is_gone() {
          crate folders without a line: {crates:?}"
     );
 }
+
+/// The names of the resources of `kind` (or, with `None`, the outputs) of template.yaml, with a
+/// provider's `Name` prefix written `<Provider>`, as the documents' tables write them.
+fn template_names(kind: Option<&str>) -> std::collections::BTreeSet<String> {
+    let root = workspace_root();
+    let template = std::fs::read_to_string(root.join("template.yaml")).expect("template.yaml");
+    let section = if kind.is_some() {
+        "Resources:"
+    } else {
+        "Outputs:"
+    };
+    let mut names = std::collections::BTreeSet::new();
+    let mut inside = false;
+    let mut current: Option<&str> = None;
+    for line in template.lines() {
+        if !line.starts_with(' ') && !line.is_empty() {
+            inside = line == section;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':'))
+            && !name.starts_with([' ', '#'])
+        {
+            current = Some(name);
+            if kind.is_none() {
+                names.insert(generic(name));
+            }
+        } else if let (Some(kind), Some(name)) = (kind, current)
+            && line.trim() == format!("Type: {kind}")
+        {
+            names.insert(generic(name));
+        }
+    }
+    names
+}
+
+/// `name` with a registered provider's template `Name` prefix written `<Provider>`.
+fn generic(name: &str) -> String {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        claimonce_local::registry::providers(&workspace_root())
+            .expect("the registry")
+            .iter()
+            .filter_map(|p| p.deploy("name").map(str::to_owned))
+            .collect()
+    });
+    for provider in names {
+        if let Some(rest) = name.strip_prefix(provider.as_str())
+            && rest.starts_with(|c: char| c.is_ascii_uppercase())
+        {
+            return format!("<Provider>{rest}");
+        }
+    }
+    name.to_owned()
+}
+
+/// The names in the first column of the table of `page` whose header row is `header`, made
+/// generic as [`generic`] does.
+fn table_names(page: &str, header: &str) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(workspace_root().join(page)).expect("a page");
+    let at = text.find(header).expect("the table's header");
+    text[at..]
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| line.split('|').nth(1))
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .map(generic)
+        .collect()
+}
+
+/// DEPLOY.md's alarms and outputs are the template's: a table that a new alarm or output left
+/// behind, or one that names something gone, fails here.
+#[test]
+fn deploy_s_alarms_and_outputs_are_the_template_s() {
+    for (kind, header) in [
+        (
+            Some("AWS::CloudWatch::Alarm"),
+            "| alarm | metric | fires when | missing data |",
+        ),
+        (None, "| output | what it is for |"),
+    ] {
+        let template = template_names(kind);
+        let documented = table_names("DEPLOY.md", header);
+        let missing: Vec<&String> = template.difference(&documented).collect();
+        let gone: Vec<&String> = documented.difference(&template).collect();
+        assert!(
+            missing.is_empty() && gone.is_empty(),
+            "DEPLOY.md's table {header}: not in it {missing:?}; not in the template {gone:?}"
+        );
+    }
+}
