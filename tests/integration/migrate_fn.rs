@@ -656,6 +656,123 @@ async fn a_handler_user_given_with_its_provider_role_is_moved_onto_it() {
     }
 }
 
+/// With `DB_CREATE_LOGINS`, the quick start's logins are made by the migrate function: each
+/// receiver and job user is created when missing, granted the IAM role (a stand-in `rds_iam`
+/// here, as RDS has), its provider's or job's role and, for a receiver, its timeouts; a second
+/// deploy finds them all and changes nothing, and a user made by hand before is kept.
+#[tokio::test]
+async fn the_migrate_function_creates_the_logins_it_is_given_once() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    // Roles are cluster-wide: named after this test's database so that tests do not meet.
+    let iam = format!("{}_rds_iam", db.name);
+    let stripe = format!("{}_stripe_webhook", db.name);
+    let sweep = format!("{}_retention_sweep", db.name);
+    let kept = format!("{}_outbox_relay", db.name);
+    let admin = db.client().await;
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE \"{iam}\" NOLOGIN; CREATE ROLE \"{kept}\" LOGIN PASSWORD 'by-hand'"
+        ))
+        .await
+        .expect("the IAM stand-in and a user made by hand");
+    let mut configured = options(&[&format!("{stripe}:claimonce_stripe")]);
+    configured.job_users = [
+        format!("{sweep}:claimonce_sweeper"),
+        format!("{kept}:claimonce_relay"),
+    ]
+    .iter()
+    .map(|u| claimonce_migrate::HandlerUser::parse(u).expect("a user"))
+    .collect();
+    configured.create_logins = Some(claimonce_migrate::RoleName::parse(&iam).expect("a role"));
+    let migrate = migrator_with(&url, claimonce_migrations::ALL, configured);
+    let cfn = Recorder::ok().await;
+    let state = || async {
+        admin
+            .query(
+                "SELECT u.rolname::text, u.rolcanlogin, u.rolpassword IS NOT NULL, \
+                 array_agg(g.rolname::text ORDER BY g.rolname), \
+                 (SELECT array_agg(c ORDER BY c) FROM pg_db_role_setting s, unnest(s.setconfig) c \
+                  WHERE s.setrole = u.oid) \
+                 FROM pg_authid u JOIN pg_auth_members m ON m.member = u.oid \
+                 JOIN pg_roles g ON g.oid = m.roleid WHERE u.rolname = ANY($1) \
+                 GROUP BY u.oid, u.rolname, u.rolcanlogin, u.rolpassword ORDER BY 1",
+                &[&vec![stripe.clone(), sweep.clone(), kept.clone()]],
+            )
+            .await
+            .expect("the logins")
+            .iter()
+            .map(|row| {
+                let settings: Option<Vec<String>> = row.get(4);
+                (
+                    row.get::<_, String>(0),
+                    row.get::<_, bool>(1),
+                    row.get::<_, bool>(2),
+                    row.get::<_, Vec<String>>(3),
+                    settings.unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let body = answer(&migrate, "Create", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    let first = state().await;
+    let sorted = |mut roles: Vec<String>| {
+        roles.sort();
+        roles
+    };
+    assert_eq!(
+        first,
+        [
+            (
+                kept.clone(),
+                true,
+                true,
+                sorted(vec![iam.clone(), "claimonce_relay".into()]),
+                vec![]
+            ),
+            (
+                sweep.clone(),
+                true,
+                false,
+                sorted(vec![iam.clone(), "claimonce_sweeper".into()]),
+                vec![]
+            ),
+            (
+                stripe.clone(),
+                true,
+                false,
+                sorted(vec![iam.clone(), "claimonce_stripe".into()]),
+                vec![
+                    "idle_in_transaction_session_timeout=3000ms".into(),
+                    "lock_timeout=2000ms".into(),
+                    "statement_timeout=3000ms".into()
+                ]
+            ),
+        ],
+        "created (the relay's kept, with its password), granted, the receiver's timeouts set"
+    );
+    let body = answer(&migrate, "Update", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(state().await, first, "a second deploy changes nothing");
+
+    // Without the IAM role the run fails by name; a job user given without its job's role is
+    // refused before anything runs.
+    let mut missing = options(&[]);
+    missing.job_users =
+        vec![claimonce_migrate::HandlerUser::parse(&format!("{}_other", db.name)).expect("a user")];
+    missing.create_logins = Some(
+        claimonce_migrate::RoleName::parse(&format!("{}_no_such_role", db.name)).expect("a role"),
+    );
+    let body = answer(
+        &migrator_with(&url, claimonce_migrations::ALL, missing),
+        "Update",
+        &cfn,
+    )
+    .await;
+    assert_failed(&body, &["DB_CREATE_LOGINS", "_no_such_role"]);
+}
+
 #[tokio::test]
 async fn a_handler_user_that_does_not_exist_fails_the_deploy_by_name() {
     let db = TestDb::new().await;

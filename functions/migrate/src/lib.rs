@@ -183,6 +183,15 @@ pub struct Options {
     /// `DB_HANDLER_STATEMENT_TIMEOUT_MS` (3000): those roles' `statement_timeout` and
     /// `idle_in_transaction_session_timeout`.
     pub handler_timeout: Duration,
+    /// `DB_JOB_USERS`: comma-separated login roles of the scheduled functions, each
+    /// `user:claimonce_sweeper` or `user:claimonce_relay`, granted that role on every run (no
+    /// timeouts: a job sets its own per statement).
+    pub job_users: Vec<HandlerUser>,
+    /// `DB_CREATE_LOGINS`: a role (`rds_iam` on RDS and Aurora) that makes every run create the
+    /// handler and job users that do not exist yet (`LOGIN`, no password) and grant each that
+    /// role, so a deployment that logs in with IAM tokens needs no user made by hand. Unset
+    /// (the default): the users must exist, and a missing one fails the run by name.
+    pub create_logins: Option<RoleName>,
     /// `MIGRATE_LOOPBACK_RESPONSE_URL=1`, for tests only (the template never sets it): a
     /// custom-resource answer may also go to a loopback `http` URL. Otherwise only
     /// CloudFormation's `https` S3 URLs are answered ([`cfn::response_url_allowed`]).
@@ -205,6 +214,8 @@ impl Default for Options {
             },
             handler_users: Vec::new(),
             handler_timeout: Duration::from_secs(3),
+            job_users: Vec::new(),
+            create_logins: None,
             loopback_response_url: false,
         }
     }
@@ -221,13 +232,43 @@ impl Options {
                 n => Ok(Duration::from_millis(n)),
             }
         };
-        let handler_users = config::optional("DB_HANDLER_USERS")
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|name| !name.is_empty())
-            .map(HandlerUser::parse)
-            .collect::<Result<_, _>>()?;
+        let users = |name: &str| -> Result<Vec<HandlerUser>, ConfigError> {
+            config::optional(name)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(|entry| {
+                    HandlerUser::parse(entry).map_err(|e| {
+                        ConfigError::new(e.to_string().replacen("DB_HANDLER_USERS", name, 1))
+                    })
+                })
+                .collect()
+        };
+        let handler_users = users("DB_HANDLER_USERS")?;
+        let job_users = users("DB_JOB_USERS")?;
+        if let Some(bare) = job_users.iter().find(|u| {
+            !matches!(
+                u.role.as_ref().map(|r| r.0.as_str()),
+                Some("claimonce_sweeper" | "claimonce_relay")
+            )
+        }) {
+            return Err(ConfigError::new(format!(
+                "DB_JOB_USERS: {} is given as user:claimonce_sweeper or user:claimonce_relay",
+                bare.user
+            )));
+        }
+        let create_logins = config::optional("DB_CREATE_LOGINS")
+            .map(|role| {
+                RoleName::parse(&role).map_err(|e| {
+                    ConfigError::new(e.to_string().replacen(
+                        "DB_HANDLER_USERS",
+                        "DB_CREATE_LOGINS",
+                        1,
+                    ))
+                })
+            })
+            .transpose()?;
         Ok(Self {
             bounds: Bounds {
                 lock: ms("MIGRATE_LOCK_TIMEOUT_MS", defaults.bounds.lock)?,
@@ -246,6 +287,8 @@ impl Options {
             },
             handler_users,
             handler_timeout: ms("DB_HANDLER_STATEMENT_TIMEOUT_MS", defaults.handler_timeout)?,
+            job_users,
+            create_logins,
             loopback_response_url: match config::optional("MIGRATE_LOOPBACK_RESPONSE_URL") {
                 None => false,
                 Some(v) if v == "1" => true,
@@ -576,7 +619,22 @@ const HANDLER_LOCK_TIMEOUT_MS: u128 = 2000;
 /// given with its provider's role onto that role. Idempotent: the same value set again, or a
 /// role granted again, changes nothing. A role that does not exist fails the run with its name.
 async fn configure_handlers(client: &Client, options: &Options) -> Result<(), String> {
+    if let Some(granted) = &options.create_logins {
+        create_logins(client, options, granted).await?;
+    }
     let ms = options.handler_timeout.as_millis();
+    for HandlerUser { user, role } in &options.job_users {
+        let role = role.as_ref().map(RoleName::quoted).unwrap_or_default();
+        client
+            .batch_execute(&format!("GRANT {role} TO {}", user.quoted()))
+            .await
+            .map_err(|e| {
+                format!(
+                    "DB_JOB_USERS: granting {role} to {user} failed: {}",
+                    database_error(&e)
+                )
+            })?;
+    }
     for HandlerUser { user, role } in &options.handler_users {
         for name in std::iter::once(user).chain(role) {
             let found = client
@@ -625,6 +683,37 @@ async fn configure_handlers(client: &Client, options: &Options) -> Result<(), St
             format!(
                 "DB_HANDLER_USERS: configuring role {user} failed: {} (the migrate user needs \
                  CREATEROLE, and on PostgreSQL 16 or later ADMIN OPTION on the role)",
+                database_error(&e)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Creates each handler and job user that does not exist yet, as a login with no password,
+/// and grants every one of them `granted` (`rds_iam`: the user logs in with IAM tokens only).
+/// Idempotent: an existing user is left as it is but for the grant, which changes nothing when
+/// held.
+async fn create_logins(
+    client: &Client,
+    options: &Options,
+    granted: &RoleName,
+) -> Result<(), String> {
+    let users = options.handler_users.iter().chain(&options.job_users);
+    for HandlerUser { user, .. } in users {
+        // One statement: the DO block creates the user only when missing, so two runs at once
+        // cannot both try, and a user made by hand before is kept.
+        let sql = format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {literal}) THEN \
+             CREATE ROLE {quoted} LOGIN; END IF; END $$; GRANT {granted} TO {quoted}",
+            literal = user.literal(),
+            quoted = user.quoted(),
+            granted = granted.quoted(),
+        );
+        client.batch_execute(&sql).await.map_err(|e| {
+            format!(
+                "DB_CREATE_LOGINS: creating login {user} and granting it {granted} failed: {} \
+                 (the migrate user needs CREATEROLE, and {granted} must exist)",
                 database_error(&e)
             )
         })?;
