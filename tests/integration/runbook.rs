@@ -80,7 +80,9 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
             for placeholder in command.split('<').skip(1).filter_map(|p| p.split_once('>')) {
                 let id = placeholder.0.trim_end_matches(" output");
                 let is_name = id.chars().all(|c| c.is_ascii_alphanumeric())
-                    && ["Name", "Url", "Arn"].iter().any(|s| id.ends_with(s));
+                    && ["Name", "Url", "Arn", "Mapping"]
+                        .iter()
+                        .any(|s| id.ends_with(s));
                 if !is_name {
                     continue;
                 }
