@@ -12,6 +12,8 @@ const PAGES: [(&str, &str); 3] = [
     ("OPERATIONS.md", include_str!("../../OPERATIONS.md")),
 ];
 const TEMPLATE: &str = include_str!("../../template.yaml");
+/// The quick start, whose outputs DEPLOY.md's quick start names.
+const QUICKSTART: &str = include_str!("../../quickstart.yaml");
 
 /// The `aws …` commands of a page, each on one line: a code block's continuation lines joined,
 /// an inline code span taken to its closing backtick.
@@ -52,10 +54,10 @@ fn commands(page: &str) -> Vec<String> {
     found
 }
 
-/// The top-level keys of one section of the template (`Parameters:`, `Outputs:`).
-fn section_keys(section: &str) -> Vec<&'static str> {
-    let Some((_, body)) = TEMPLATE.split_once(&format!("\n{section}:\n")) else {
-        panic!("template.yaml has {section}");
+/// The top-level keys of one section of a template (`Parameters:`, `Outputs:`).
+fn section_keys(template: &'static str, section: &str) -> Vec<&'static str> {
+    let Some((_, body)) = template.split_once(&format!("\n{section}:\n")) else {
+        panic!("the template has {section}");
     };
     body.lines()
         .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('#'))
@@ -67,8 +69,9 @@ fn section_keys(section: &str) -> Vec<&'static str> {
 
 #[test]
 fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_cli_v2() {
-    let outputs = section_keys("Outputs");
-    let parameters = section_keys("Parameters");
+    let mut outputs = section_keys(TEMPLATE, "Outputs");
+    outputs.extend(section_keys(QUICKSTART, "Outputs"));
+    let parameters = section_keys(TEMPLATE, "Parameters");
     assert!(outputs.contains(&"MigrateFunctionName"), "{outputs:?}");
     assert!(parameters.contains(&"MigrateOnDeploy"), "{parameters:?}");
     let mut invokes = 0;
@@ -80,7 +83,7 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
             for placeholder in command.split('<').skip(1).filter_map(|p| p.split_once('>')) {
                 let id = placeholder.0.trim_end_matches(" output");
                 let is_name = id.chars().all(|c| c.is_ascii_alphanumeric())
-                    && ["Name", "Url", "Arn", "Mapping"]
+                    && ["Name", "Url", "Arn", "Mapping", "Id"]
                         .iter()
                         .any(|s| id.ends_with(s));
                 if !is_name {
@@ -89,7 +92,7 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
                 placeholders += 1;
                 assert!(
                     outputs.iter().any(|o| *o == id || o.ends_with(id)) || parameters.contains(&id),
-                    "{name}: `{command}` names <{id}>, which is no output or parameter of the template"
+                    "{name}: `{command}` names <{id}>, which is no output or parameter of the templates"
                 );
             }
             if command.starts_with("aws lambda invoke ") {
