@@ -261,9 +261,12 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     let root = which.root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command
-        .current_dir(&root)
-        .args(["build", "--quiet", "--bins"]);
+    command.current_dir(&root).args(["build", "--bins"]);
+    // At a terminal, cargo's own progress shows (a first build takes minutes); elsewhere (the
+    // tests, CI) it stays quiet.
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        command.arg("--quiet");
+    }
     // `cargo run` and `cargo test` hand the program they start the variables they set for a
     // crate (CARGO_MANIFEST_DIR and the like). Some build scripts rerun when one changes
     // (ring's reads CARGO_MANIFEST_DIR), so passing them on to this build would rebuild ring

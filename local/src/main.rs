@@ -283,7 +283,10 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
     let bin_dir = match claimonce::config::optional("CLAIMONCE_LOCAL_BINARIES") {
         Some(dir) => std::path::PathBuf::from(dir),
         None => {
-            eprintln!("claimonce-local: building the function binaries...");
+            eprintln!(
+                "claimonce-local: building the function binaries (the first build takes a few \
+                 minutes; later ones only rebuild what changed)..."
+            );
             tokio::task::spawn_blocking(|| functions::build(functions::Binaries::Providers))
                 .await
                 .map_err(|e| e.to_string())?

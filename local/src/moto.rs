@@ -9,25 +9,35 @@ use std::time::Duration;
 
 /// `http://127.0.0.1:<port>` of a moto server this process started.
 pub async fn start() -> Result<String, String> {
-    emulator("moto_server", |port| {
-        vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port]
-    })
+    emulator(
+        "moto_server",
+        |port| vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port],
+        &[],
+    )
     .await
 }
 
 /// `http://127.0.0.1:<port>` of a localstripe this process started (a stateful emulator of
 /// Stripe's API from PyPI, pinned beside moto): the recover function's tests read real event
-/// objects from it.
+/// objects from it. It saves its state to `/tmp/localstripe.pickle` whatever `TMPDIR` says
+/// (and `--from-scratch` has it not read that back); the file goes when it stops.
 pub async fn localstripe() -> Result<String, String> {
-    emulator("localstripe", |port| {
-        vec!["--port".into(), port, "--from-scratch".into()]
-    })
+    emulator(
+        "localstripe",
+        |port| vec!["--port".into(), port, "--from-scratch".into()],
+        &["/tmp/localstripe.pickle"],
+    )
     .await
 }
 
 /// Starts `program` of the pinned emulators (installed by `scripts/test-tools`) with the
-/// arguments `args` makes of a free loopback port, and waits until it accepts a connection.
-async fn emulator(program: &str, args: impl Fn(String) -> Vec<String>) -> Result<String, String> {
+/// arguments `args` makes of a free loopback port, and waits until it accepts a connection;
+/// `leftovers` are files it writes outside its folder, removed when it stops.
+async fn emulator(
+    program: &str,
+    args: impl Fn(String) -> Vec<String>,
+    leftovers: &[&str],
+) -> Result<String, String> {
     let script = crate::functions::workspace_root().join("scripts/test-tools");
     let tools = tokio::process::Command::new(&script)
         .output()
@@ -41,9 +51,16 @@ async fn emulator(program: &str, args: impl Fn(String) -> Vec<String>) -> Result
     }
     let bin = std::path::PathBuf::from(String::from_utf8_lossy(&tools.stdout).trim());
     let port = crate::postgres::free_loopback_port().map_err(|e| e.to_string())?;
-    let log = std::env::temp_dir().join(format!("claimonce-{program}-{}.log", std::process::id()));
-    crate::postgres::supervise_as_self(&bin.join(program), &args(port.to_string()), &log)
-        .map_err(|e| format!("{program}: {e}"))?;
+    let dir =
+        std::env::temp_dir().join(format!("claimonce-{program}-{}-{port}", std::process::id()));
+    let log = dir.join("log");
+    crate::postgres::supervise_as_self(
+        &bin.join(program),
+        &args(port.to_string()),
+        &dir,
+        leftovers,
+    )
+    .map_err(|e| format!("{program}: {e}"))?;
     // Up once it accepts a connection; bounded, so a server that never starts is an error.
     tokio::time::timeout(Duration::from_secs(60), async {
         while tokio::net::TcpStream::connect(("127.0.0.1", port))

@@ -254,9 +254,25 @@ pub fn supervise(program: &Path, args: &[String], log: &Path, cleanup: &str) -> 
 }
 
 /// [`supervise`], with `program` run as this process's own user (an emulator from a private
-/// virtualenv the server user cannot read), and nothing to clean up after it.
-pub fn supervise_as_self(program: &Path, args: &[String], log: &Path) -> io::Result<()> {
-    watch(program, args, log, "", false)
+/// virtualenv the server user cannot read) in the folder `dir`, which is its working
+/// directory and its `TMPDIR` and holds its log (`dir/log`); the folder, and the files
+/// `leftovers` names (what it writes elsewhere whatever `TMPDIR` says), are removed once it has
+/// stopped.
+pub fn supervise_as_self(
+    program: &Path,
+    args: &[String],
+    dir: &Path,
+    leftovers: &[&str],
+) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let quoted = shell_quote(&dir.to_string_lossy());
+    let inside = format!("cd {quoted} && TMPDIR={quoted} exec");
+    let mut cleanup = format!("rm -rf {quoted}");
+    for leftover in leftovers {
+        cleanup.push(' ');
+        cleanup.push_str(&shell_quote(leftover));
+    }
+    watch_in(program, args, &dir.join("log"), &cleanup, false, &inside)
 }
 
 fn watch(
@@ -266,10 +282,22 @@ fn watch(
     cleanup: &str,
     as_server_user: bool,
 ) -> io::Result<()> {
+    watch_in(program, args, log, cleanup, as_server_user, "")
+}
+
+/// [`watch`], the program started after `prefix` (a `cd` and variables, ending in `exec`).
+fn watch_in(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    cleanup: &str,
+    as_server_user: bool,
+    prefix: &str,
+) -> io::Result<()> {
     use std::os::unix::process::CommandExt as _;
     let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
     let script = format!(
-        "{program} {args} >{log} 2>&1 </dev/null & child=$!\n\
+        "({prefix} {program} {args}) >{log} 2>&1 </dev/null & child=$!\n\
          cat >/dev/null\n\
          kill -INT $child 2>/dev/null; wait $child; {cleanup}",
         program = shell_quote(&program.to_string_lossy()),

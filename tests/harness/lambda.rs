@@ -163,3 +163,11 @@ impl Scheduled {
             .collect()
     }
 }
+
+/// The log file goes with the environment: a run leaves nothing in the temporary folder (a
+/// failing test has printed the lines it read).
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}

@@ -144,11 +144,16 @@ async fn start_with(
 impl Spilling {
     /// The function's `delivery` lines so far.
     fn deliveries(&self) -> Vec<Value> {
+        self.lines("delivery")
+    }
+
+    /// The function's lines whose `message` is `message`, so far.
+    fn lines(&self, message: &str) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|l| l["message"] == "delivery")
+            .filter(|l| l["message"] == message)
             .collect()
     }
 
@@ -162,6 +167,13 @@ impl Spilling {
         claimonce_local::spill::drain_once(sqs, queue, &self.api, 0, 0)
             .await
             .expect("a drain")
+    }
+}
+
+/// The log file goes with the function: a run leaves nothing in the temporary folder.
+impl Drop for Spilling {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -628,6 +640,26 @@ async fn a_drain_that_finds_the_database_out_leaves_the_rest_of_its_batch_untrie
         per_message,
         "only the first was tried"
     );
+    // Waiting for the database is what the queue is for: each such line is a WARN, never an
+    // ERROR (an ERROR is a record that cannot be applied however long it waits).
+    let drained = drain.lines("drained");
+    assert_eq!(drained.len(), 2 + messages.len(), "{drained:#?}");
+    assert!(
+        drained
+            .iter()
+            .all(|l| l["level"] == "WARN" && l["disposition"] == "error"),
+        "{drained:#?}"
+    );
+    assert_eq!(
+        drained
+            .iter()
+            .filter(|l| l["error"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("not tried: the database is unavailable")))
+            .count(),
+        messages.len() - 1,
+        "{drained:#?}"
+    );
 }
 
 /// The port of the server the test database is on, as its function URL names it.
@@ -764,6 +796,13 @@ async fn the_drain_applies_only_a_signed_delivery_from_its_own_queue() {
             "{case}: nothing credited"
         );
     }
+    // A record refused for what it is, not for the database, is an ERROR: waiting cannot fix it.
+    let refused = function.lines("drained");
+    assert_eq!(refused.len(), cases.len(), "{refused:#?}");
+    assert!(
+        refused.iter().all(|l| l["level"] == "ERROR"),
+        "{refused:#?}"
+    );
     let genuine = spilled_record("genuine", &body, &[("stripe-signature", &signature)], &own);
     let answer = function.invoke(&json!({"Records": [genuine]})).await;
     assert_eq!(answer, json!({"batchItemFailures": []}));

@@ -114,6 +114,7 @@ impl<P: Provider> Receiver<P> {
             let why = format!("not tried: the database is unavailable ({reason})");
             return Outcome {
                 event_id: Some(parsed.event_id),
+                waits_for_database: true,
                 ..Outcome::failed(why)
             };
         }

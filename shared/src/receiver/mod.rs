@@ -246,6 +246,7 @@ impl<P: Provider> Receiver<P> {
             delivery_id: parsed.delivery_id,
             disposition,
             error,
+            waits_for_database: false,
         }
     }
 
@@ -268,6 +269,7 @@ impl<P: Provider> Receiver<P> {
                 delivery_id: parsed.delivery_id,
                 disposition: Disposition::Error,
                 error: Some(format!("the event could not be completed: {why}")),
+                waits_for_database: false,
             }),
         }
     }

@@ -23,6 +23,9 @@ pub(crate) struct Outcome {
     pub(crate) disposition: Disposition,
     /// Why it was not applied (or how it was kept), in our own words: never request data.
     pub(crate) error: Option<String>,
+    /// Not applied because the database is unavailable (an outage the queue rides out): a
+    /// queued event's line says so at WARN, not ERROR.
+    pub(crate) waits_for_database: bool,
 }
 
 impl Outcome {
@@ -34,6 +37,7 @@ impl Outcome {
             delivery_id: None,
             disposition: Disposition::Rejected(rejection),
             error,
+            waits_for_database: false,
         }
     }
 
@@ -52,6 +56,7 @@ impl Outcome {
             delivery_id: None,
             disposition: Disposition::Error,
             error: Some(error),
+            waits_for_database: false,
         }
     }
 
@@ -72,6 +77,7 @@ impl Outcome {
             delivery_id: None,
             disposition,
             error,
+            waits_for_database: unavailable.is_some(),
         };
         (outcome, unavailable)
     }
@@ -161,7 +167,8 @@ struct Line<'a> {
 impl<P: Provider> Receiver<P> {
     /// Logs an event's one line: `delivery` (at ERROR only for our own failure: a refused
     /// webhook is the sender's), `drained`, `bridged` or `recovered` (at ERROR whenever it was
-    /// not applied: it will come back, or is left for an operator).
+    /// not applied: it will come back, or is left for an operator; at WARN for a queued event
+    /// that waits for the database, which is what the queue is for).
     pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
         let disposition = outcome.disposition.name();
         let mut line = Line {
@@ -222,7 +229,12 @@ impl<P: Provider> Receiver<P> {
             }
             Via::SenderApi => ("recovered", !outcome.applied()),
         };
-        let level = if level { Level::Error } else { Level::Info };
+        let queued = matches!(via, Via::Spill { .. } | Via::EventBridge { .. });
+        let level = match (level, queued && outcome.waits_for_database) {
+            (false, _) => Level::Info,
+            (true, true) => Level::Warn,
+            (true, false) => Level::Error,
+        };
         self.log.write(level, message, &line);
     }
 }
