@@ -106,7 +106,7 @@
 //! makes the role `claimonce_example` and lets it write the table only under a claim its
 //! transaction won (row-level security with `claimonce_claim_held_v1`). A complete crate kept
 //! outside this repository, with a signature scheme of its own, its migration, migrate
-//! function, sample event and tests, is `examples/paddle/` (`docs/providers.md`, "Use it in
+//! function, sample event and tests, is under `examples/` (`docs/providers.md`, "Use it in
 //! your project").
 //!
 //! **What a provider crate uses** is the crate root ([`Provider`], its types, [`Effect`],
