@@ -297,16 +297,23 @@ fn the_codemap_names_every_module_and_nothing_that_is_gone() {
     );
 }
 
-/// The names of the resources of `kind` (or, with `None`, the outputs) of template.yaml, with a
-/// provider's `Name` prefix written `<Provider>`, as the documents' tables write them.
+/// The names of the resources of `kind` (or, with `None`, the keys of `section`) of
+/// template.yaml, with a provider's `Name` prefix written `<Provider>`, as the documents'
+/// tables write them.
 fn template_names(kind: Option<&str>) -> std::collections::BTreeSet<String> {
+    template_keys(
+        kind,
+        if kind.is_some() {
+            "Resources:"
+        } else {
+            "Outputs:"
+        },
+    )
+}
+
+fn template_keys(kind: Option<&str>, section: &str) -> std::collections::BTreeSet<String> {
     let root = workspace_root();
     let template = std::fs::read_to_string(root.join("template.yaml")).expect("template.yaml");
-    let section = if kind.is_some() {
-        "Resources:"
-    } else {
-        "Outputs:"
-    };
     let mut names = std::collections::BTreeSet::new();
     let mut inside = false;
     let mut current: Option<&str> = None;
@@ -389,4 +396,30 @@ fn deploy_s_alarms_and_outputs_are_the_template_s() {
             "DEPLOY.md's table {header}: not in it {missing:?}; not in the template {gone:?}"
         );
     }
+}
+
+/// Every parameter of template.yaml is named in DEPLOY.md (a provider's as `<Name>…` or
+/// `Deploy<Name>`), so a parameter added to the template without a word on it fails here.
+#[test]
+fn deploy_names_every_parameter_of_the_template() {
+    let text = std::fs::read_to_string(workspace_root().join("DEPLOY.md")).expect("DEPLOY.md");
+    let named: std::collections::BTreeSet<String> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|code| code.split(|c: char| !(c.is_ascii_alphanumeric() || "<>".contains(c))))
+        .map(|name| name.replace("<Name>", "<Provider>"))
+        .map(|name| match name.strip_prefix("Deploy") {
+            Some("<Provider>") => "Deploy<Provider>".to_owned(),
+            _ => generic(&name),
+        })
+        .collect();
+    let parameters: Vec<String> = template_keys(None, "Parameters:")
+        .into_iter()
+        .filter(|p| !named.contains(p))
+        .collect();
+    assert!(
+        parameters.is_empty(),
+        "parameters DEPLOY.md does not name: {parameters:?}"
+    );
 }
