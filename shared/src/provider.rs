@@ -165,6 +165,18 @@ pub trait Provider: Send + Sync + 'static {
     /// compiler (a manifest without one does not build). Not to be set.
     const NAME: &'static str = claimonce_registry::provider_name(Self::MANIFEST);
 
+    /// The provider with no signing secret, for a function that takes its sender's events
+    /// through EventBridge alone ([`crate::bridge`]): it refuses every webhook (400
+    /// `signature-mismatch`: nothing can be verified) and drains no spill queue. `None`, the
+    /// default, for a provider that always needs its secret; the function then stops at start
+    /// naming the secret's variable.
+    fn without_webhooks() -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// The configured signature scheme, which verifies and signs; `None` for a provider that
     /// takes no webhooks (one built to read events from its sender's own API, a recover
     /// function's), whose receiver then refuses every delivery (400 `signature-mismatch`) and

@@ -74,6 +74,12 @@ impl WebhookSecrets {
         }
     }
 
+    /// Whether `var` or `<var>_ARN` is set at all: a function whose provider delivers through
+    /// EventBridge alone may have neither ([`crate::Provider::without_webhooks`]).
+    pub fn configured(var: &str) -> bool {
+        config::optional(var).is_some() || config::optional(&format!("{var}_ARN")).is_some()
+    }
+
     /// True when reading again can give something new (Secrets Manager, not the environment).
     pub fn can_change(&self) -> bool {
         matches!(self.source, Source::SecretsManager { .. })

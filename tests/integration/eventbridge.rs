@@ -334,3 +334,38 @@ fn sam_local_s_event_queue_is_the_local_runs() {
         );
     }
 }
+
+/// A receiver whose sender delivers through EventBridge alone has no signing secret: it starts
+/// without one when its partner source is configured, applies the source's events, and
+/// refuses every webhook (nothing can be verified) without touching the database. (Without the
+/// source the missing secret stops it at start, by name:
+/// `lambda::a_binary_without_its_secret_stops_at_start_naming_the_variable`.)
+#[tokio::test]
+async fn a_receiver_with_eventbridge_alone_needs_no_secret_and_refuses_every_webhook() {
+    let db = TestDb::new().await;
+    let f = function("stripe");
+    let url = db.function_url_as("stripe");
+    let bridge = function_env("stripe", STRIPE_SOURCE);
+    let mut env = vec![
+        ("DATABASE_URL", url.as_str()),
+        ("DB_CONNECT_TIMEOUT_MS", "1000"),
+    ];
+    env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let only = Bridging(Scheduled::start(f.binary, &env).await);
+
+    let sample = sample_event("stripe/eventbridge/invoice.paid.json");
+    assert!(only.take("stripe", &[("m-1", &sample)], 1).await.is_empty());
+    assert_eq!(only.bridged(), ["processed"]);
+    assert_eq!(credit(&db).await, 700);
+
+    let webhook = signed("stripe/invoice.paid.json");
+    assert_eq!(
+        payload_outcome(&only.invoke(&webhook).await),
+        (400, "signature-mismatch".into())
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        1,
+        "the webhook wrote nothing"
+    );
+}

@@ -41,7 +41,8 @@ const MAX_TEXT: usize = 1024;
 /// The Shopify receiver's provider half.
 #[derive(Debug, Clone)]
 pub struct Shopify {
-    verifier: BodyHmac,
+    /// `None` for an app that delivers through EventBridge alone.
+    verifier: Option<BodyHmac>,
 }
 
 impl Shopify {
@@ -49,7 +50,9 @@ impl Shopify {
     pub fn new(secrets: &[&str]) -> Result<Self, ConfigError> {
         let verifier = BodyHmac::new(SIGNATURE_HEADER, "", Encoding::Base64, secrets)
             .ok_or_else(|| ConfigError::new("SHOPIFY_WEBHOOK_SECRET holds no secret".into()))?;
-        Ok(Self { verifier })
+        Ok(Self {
+            verifier: Some(verifier),
+        })
     }
 
     /// From the secrets' text, comma-separated during a rotation (`SHOPIFY_WEBHOOK_SECRET`, or the
@@ -386,8 +389,13 @@ impl Provider for Shopify {
     // The registry entry: the provider's name and secret variable, written once, there.
     const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
+    // An app whose webhooks go to EventBridge alone has no signing secret to give.
+    fn without_webhooks() -> Option<Self> {
+        Some(Self { verifier: None })
+    }
+
     fn verifier(&self) -> Option<&dyn Scheme> {
-        Some(&self.verifier)
+        self.verifier.as_ref().map(|v| v as &dyn Scheme)
     }
 
     fn parse(

@@ -319,6 +319,10 @@ impl Provider for Stripe {
     // The registry entry: the provider's name and secret variable, written once, there.
     const MANIFEST: &'static str = include_str!("../Cargo.toml");
 
+    fn without_webhooks() -> Option<Self> {
+        Some(Self::without_webhooks())
+    }
+
     fn verifier(&self) -> Option<&dyn Scheme> {
         self.verifier.as_ref().map(|v| v as &dyn Scheme)
     }

@@ -210,17 +210,28 @@ pub async fn run_from_env<P: Provider>(
     let log = Log::process();
     let built = async {
         let entry = crate::registry::Entry::from_manifest(P::MANIFEST)?;
-        let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;
-        let interval = crate::secrets::refresh_interval()?;
-        let provider = build(&secrets.read().await?)?;
-        let spill = crate::spill::Spill::from_env()?;
         let bridge = crate::bridge::Bridge::from_env(P::NAME)?;
+        let spill = crate::spill::Spill::from_env()?;
         let api = crate::fetch::SenderApi::from_env(&entry).await?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
+        let database = Database::new(settings);
+        // No signing secret: a function that takes its sender's events through EventBridge
+        // alone, if the provider has such a form; otherwise the secret is required.
+        let bridged_only =
+            bridge.is_some() && !crate::secrets::WebhookSecrets::configured(entry.secret_var);
+        let receiver = match P::without_webhooks().filter(|_| bridged_only) {
+            Some(provider) => Receiver::new(provider, database, limits, log.clone()),
+            None => {
+                let secrets = crate::secrets::WebhookSecrets::from_env(entry.secret_var).await?;
+                let interval = crate::secrets::refresh_interval()?;
+                let provider = build(&secrets.read().await?)?;
+                Receiver::new(provider, database, limits, log.clone())
+                    .with_secret_refresh(secrets, build, interval)
+            }
+        };
         Ok::<_, ConfigError>(
-            Receiver::new(provider, Database::new(settings), limits, log.clone())
-                .with_secret_refresh(secrets, build, interval)
+            receiver
                 .with_spill(spill)
                 .with_bridge(bridge)
                 .with_sender_api(api),
