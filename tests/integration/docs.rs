@@ -423,3 +423,64 @@ fn deploy_names_every_parameter_of_the_template() {
         "parameters DEPLOY.md does not name: {parameters:?}"
     );
 }
+
+/// OPERATIONS.md's list of metrics is what the code emits: every metric the functions write
+/// (`name: "…"` of a metric, `count("…", …)` of a recovery run) is in it, and every name it
+/// lists is one of them.
+#[test]
+fn operations_lists_every_metric_the_code_emits() {
+    fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let root = workspace_root();
+    let mut files = Vec::new();
+    sources(&root.join("shared/src"), &mut files);
+    for entry in std::fs::read_dir(root.join("functions")).expect("functions") {
+        let src = entry.expect("an entry").path().join("src");
+        if src.is_dir() {
+            sources(&src, &mut files);
+        }
+    }
+    let mut emitted = std::collections::BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for marker in ["name: \"", "count(\""] {
+            for piece in text.split(marker).skip(1) {
+                let name = piece.split('"').next().unwrap_or_default();
+                if name.starts_with(|c: char| c.is_ascii_uppercase())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric())
+                {
+                    emitted.insert(name.to_owned());
+                }
+            }
+        }
+    }
+    let text = std::fs::read_to_string(root.join("OPERATIONS.md")).expect("OPERATIONS.md");
+    let section = text
+        .split("### The metrics")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("OPERATIONS.md has \"The metrics\"");
+    let listed: std::collections::BTreeSet<String> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))
+        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric()))
+        .filter(|n| !["Provider", "Disposition", "Function"].contains(n))
+        .map(str::to_owned)
+        .collect();
+    let unlisted: Vec<&String> = emitted.difference(&listed).collect();
+    let gone: Vec<&String> = listed.difference(&emitted).collect();
+    assert!(
+        !emitted.is_empty() && unlisted.is_empty() && gone.is_empty(),
+        "metrics OPERATIONS.md does not list: {unlisted:?}; listed but not emitted: {gone:?}"
+    );
+}
