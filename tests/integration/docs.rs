@@ -233,22 +233,24 @@ fn no_document_cites_an_issue_or_this_machine() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// The folders and `.rs` files under `dir`, depth first.
+fn source_tree(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            found.push(path.clone());
+            source_tree(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
 /// ARCHITECTURE.md's codemap is the tree as it is: every file of the shared crate is named in
 /// it (a top-level one as `src/<file>`, one in a folder by its name), every `src/…` path it
 /// names exists, and every crate folder of the workspace has its line.
 #[test]
 fn the_codemap_names_every_module_and_nothing_that_is_gone() {
-    fn files(dir: &Path, found: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("a source folder") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                found.push(path.clone());
-                files(&path, found);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                found.push(path);
-            }
-        }
-    }
     let root = workspace_root();
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
     let start = text
@@ -260,7 +262,7 @@ fn the_codemap_names_every_module_and_nothing_that_is_gone() {
         .expect("the codemap block");
     let src = root.join("shared/src");
     let mut all = Vec::new();
-    files(&src, &mut all);
+    source_tree(&src, &mut all);
     let mut unnamed = Vec::new();
     for path in &all {
         let relative = path.strip_prefix(&src).expect("under src");
@@ -429,25 +431,16 @@ fn deploy_names_every_parameter_of_the_template() {
 /// lists is one of them.
 #[test]
 fn operations_lists_every_metric_the_code_emits() {
-    fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("a source folder") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                sources(&path, found);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                found.push(path);
-            }
-        }
-    }
     let root = workspace_root();
     let mut files = Vec::new();
-    sources(&root.join("shared/src"), &mut files);
+    source_tree(&root.join("shared/src"), &mut files);
     for entry in std::fs::read_dir(root.join("functions")).expect("functions") {
         let src = entry.expect("an entry").path().join("src");
         if src.is_dir() {
-            sources(&src, &mut files);
+            source_tree(&src, &mut files);
         }
     }
+    files.retain(|f| f.is_file());
     let mut emitted = std::collections::BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("a source file");
