@@ -417,8 +417,10 @@ pub fn read_manifest(manifest: &Path) -> Result<Option<Provider>, String> {
     let package = value(&text, "package", "name")
         .ok_or_else(|| at("no [package] name".into()))?
         .to_owned();
-    let provider = lookup(&owned(entry.clone()), "provider")
-        .map(str::to_owned)
+    let provider = entry
+        .iter()
+        .find(|(key, _)| *key == "provider")
+        .map(|(_, name)| (*name).to_owned())
         .ok_or_else(|| at("the registry entry has no provider".into()))?;
     if !is_name(&provider) {
         return Err(at(format!(

@@ -410,11 +410,7 @@ fn deploy_names_every_parameter_of_the_template() {
         .skip(1)
         .step_by(2)
         .flat_map(|code| code.split(|c: char| !(c.is_ascii_alphanumeric() || "<>".contains(c))))
-        .map(|name| name.replace("<Name>", "<Provider>"))
-        .map(|name| match name.strip_prefix("Deploy") {
-            Some("<Provider>") => "Deploy<Provider>".to_owned(),
-            _ => generic(&name),
-        })
+        .map(|name| generic(&name.replace("<Name>", "<Provider>")))
         .collect();
     let parameters: Vec<String> = template_keys(None, "Parameters:")
         .into_iter()
