@@ -24,16 +24,17 @@ BEGIN
     FROM processed_events AS e
     WHERE e.ctid = nullif(current_setting('claimonce.claim', true), '')::tid
       AND e.provider = p_provider
-      AND e.xmin = pg_current_xact_id()::xid;
+      AND e.xmin = pg_current_xact_id()::xid
+      AND e.xmax = '0'::xid;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'claimonce: this table is written only under a claim this transaction won'
+        RAISE EXCEPTION 'claimonce: this table is written only under a claim this transaction won and no effect took'
             USING ERRCODE = '42501';
     END IF;
     RETURN true;
 END
 $$;
 
-COMMENT ON FUNCTION public.claimonce_claim_held_v1(p_provider text) IS 'Row-level security for Rust effects: true under a claim this transaction won for the provider, else 42501.';
+COMMENT ON FUNCTION public.claimonce_claim_held_v1(p_provider text) IS 'Row-level security for Rust effects: true under a claim this transaction won for the provider and no SQL effect took, else 42501.';
 
 CREATE FUNCTION public.claimonce_claim_v1(p_provider text, p_event_id text, p_event_type text, p_payload_sha256 bytea, OUT won boolean, OUT stored_sha256 bytea) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -145,9 +146,11 @@ BEGIN
     FROM processed_events AS e
     WHERE e.ctid = nullif(current_setting('claimonce.claim', true), '')::tid
       AND e.provider = p_provider
-      AND e.xmin = pg_current_xact_id()::xid;
+      AND e.xmin = pg_current_xact_id()::xid
+      AND e.xmax = '0'::xid
+    FOR NO KEY UPDATE;
     IF v_event_id IS NULL THEN
-        RAISE EXCEPTION 'claimonce: an effect runs only under a claim this transaction won'
+        RAISE EXCEPTION 'claimonce: an effect runs only under a claim this transaction won and no effect took'
             USING ERRCODE = '42501';
     END IF;
     PERFORM set_config('claimonce.claim', '', true);

@@ -113,6 +113,70 @@ async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_no
     );
 }
 
+/// Credits 1,000 cents to `cus_rearm`: the effect the tests below call twice.
+const CREDIT: &str = "SELECT stripe_credit_v1('cus_rearm', NULL, 1000)";
+
+/// The one transaction of a login that wins the claim of `event`, runs `first`, names the same
+/// ledger row again (the setting anyone may set, saved under another name) and runs `second`.
+fn rearmed(event: &str, first: &str, second: &str) -> String {
+    format!(
+        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', '{event}', 't', NULL); \
+         SELECT set_config('attack.row', current_setting('claimonce.claim'), true); \
+         {first}; \
+         SELECT set_config('claimonce.claim', current_setting('attack.row'), true); \
+         {second}; COMMIT"
+    )
+}
+
+#[tokio::test]
+async fn one_claim_drives_one_effect_call_even_with_its_setting_forged_again() {
+    let db = TestDb::new().await;
+    let login = session_as(&db, "claimonce_stripe").await;
+    let credited = || async {
+        db.count(
+            "SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers \
+             WHERE stripe_customer_id = 'cus_rearm'",
+        )
+        .await
+    };
+    // The transaction up to the second call is valid as written: the claim is won, the first
+    // effect applies, and setting the claim's name again is allowed. The gate of V9 applied
+    // the second call too (2,000 credited under one ledger row).
+    assert_eq!(
+        sqlstate(&login, &rearmed("evt_once", CREDIT, "SELECT 1")).await,
+        "ok"
+    );
+    assert_eq!(credited().await, 1000);
+    for (event, first) in [
+        // Straight after the first effect.
+        ("evt_again", CREDIT.to_owned()),
+        // The first effect in a savepoint that was kept.
+        ("evt_kept", format!("SAVEPOINT s; {CREDIT}; RELEASE s")),
+        // The first effect in a savepoint rolled back: the claim stays spent, with nothing
+        // applied (the attacker only loses the event).
+        (
+            "evt_undone",
+            format!("SAVEPOINT s; {CREDIT}; ROLLBACK TO s"),
+        ),
+        // A forward takes the claim as any effect does.
+        (
+            "evt_forwarded",
+            "SELECT claimonce_forward_v2('stripe', 'evt_forwarded', 'stripe.x', '{}', NULL, NULL)"
+                .to_owned(),
+        ),
+    ] {
+        let sql = rearmed(event, &first, CREDIT);
+        assert_eq!(sqlstate(&login, &sql).await, DENIED, "{sql}");
+        login.batch_execute("ROLLBACK").await.expect("end it");
+    }
+    assert_eq!(credited().await, 1000, "nothing but the first transaction");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        1,
+        "the refused transactions left no claim"
+    );
+}
+
 #[tokio::test]
 async fn a_function_login_writes_no_table_directly() {
     let db = TestDb::new().await;

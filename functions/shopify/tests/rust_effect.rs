@@ -156,6 +156,44 @@ async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_tran
 }
 
 #[tokio::test]
+async fn a_claim_an_sql_effect_took_opens_no_rust_effect_table() {
+    let db = TestDb::new().await;
+    let url = claimonce_tests::roles::login_with(&db, "claimonce_shopify").await;
+    let (login, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect as Shopify's login");
+    tokio::spawn(connection);
+    // Claims `event`, runs `first`, names the same ledger row again and writes the timeline.
+    let transaction = |event: &str, first: &str| {
+        format!(
+            "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', '{event}', 'orders/create', \
+             NULL); SELECT set_config('attack.row', current_setting('claimonce.claim'), true); \
+             {first}; \
+             SELECT set_config('claimonce.claim', current_setting('attack.row'), true); \
+             INSERT INTO shopify_order_events (order_id, event_id, topic, state, \
+             order_updated_at) VALUES (7, '{event}', 'orders/create', 'open', now()); COMMIT"
+        )
+    };
+    // Without the forward, the same transaction writes the timeline row: the refusal below is
+    // the spent claim's, not the statement's.
+    assert_eq!(
+        sqlstate(&login, &transaction("b-open", "SELECT 1")).await,
+        "ok"
+    );
+    assert_eq!(written(&db).await, (0, 1, 1));
+    let forward = "SELECT claimonce_forward_v2('shopify', 'b-forwarded', 'shopify.x', '{}', \
+                   NULL, NULL)";
+    let sql = transaction("b-forwarded", forward);
+    assert_eq!(sqlstate(&login, &sql).await, "42501", "{sql}");
+    let _ = login.batch_execute("ROLLBACK").await;
+    assert_eq!(
+        written(&db).await,
+        (0, 1, 1),
+        "nothing of the second transaction"
+    );
+}
+
+#[tokio::test]
 async fn a_rust_effect_is_unnamed_statements_on_one_transaction_and_pins_nothing() {
     let db = TestDb::new().await;
     let (proxy, receiver) = proxied(&db, shopify()).await;
