@@ -584,6 +584,9 @@ impl StripeApi {
         if request.method() != hyper::Method::GET {
             return error(404, "invalid_request_error", "Unrecognized request URL");
         }
+        if request.uri().path() == "/v2/core/events" {
+            return self.thin_events(request.uri(), hollow).await;
+        }
         if request.uri().path() != "/v1/events" {
             return self.retrieve(request.uri().path()).await;
         }
@@ -611,7 +614,9 @@ impl StripeApi {
             .into_iter()
             .filter(|(e, delivered)| {
                 let created = e["created"].as_u64().unwrap_or(0);
-                success.is_none_or(|s| s == *delivered)
+                // Thin events are v2's list's, not this one's.
+                e["object"] != "v2.core.event"
+                    && success.is_none_or(|s| s == *delivered)
                     && gte.is_none_or(|g| created >= g)
                     && lte.is_none_or(|l| created <= l)
             })
@@ -647,6 +652,103 @@ impl StripeApi {
             200,
             &[],
             json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
+        )
+    }
+}
+
+impl StripeApi {
+    /// `GET /v2/core/events` as Stripe's API description has it: the thin events, newest first,
+    /// filtered by `delivery_success` and `created_gte`/`created_lte` (RFC 3339), `limit`
+    /// events a page (at most the stand-in's page size), the next page an opaque `page` token
+    /// in `next_page_url` (null on the last page). `hollow`: an empty page with a next one.
+    async fn thin_events(&self, uri: &hyper::Uri, hollow: bool) -> Reply {
+        let q = query(uri);
+        let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let bad = |message: &str| {
+            reply(
+                400,
+                &[],
+                json!({"error": {"type": "invalid_request_error", "message": message}}),
+            )
+        };
+        let time = |name: &str| match param(name) {
+            None => Ok(None),
+            Some(v) => claimonce::timestamp::unix_from_rfc3339(&v)
+                .map(Some)
+                .ok_or(format!("Invalid timestamp: {name}")),
+        };
+        let (gte, lte) = match (time("created_gte"), time("created_lte")) {
+            (Ok(gte), Ok(lte)) => (gte, lte),
+            (Err(e), _) | (_, Err(e)) => return bad(&e),
+        };
+        let success = match param("delivery_success").as_deref() {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(_) => return bad("Invalid boolean: delivery_success"),
+        };
+        let limit = match param("limit").map(|v| v.parse::<usize>()) {
+            None => 10,
+            Some(Ok(n)) if n >= 1 => n,
+            Some(_) => return bad("Invalid limit"),
+        };
+        let mut events: Vec<Value> = self
+            .state
+            .lock()
+            .expect("state")
+            .events
+            .iter()
+            .filter(|(e, delivered)| {
+                let created = e["created"]
+                    .as_str()
+                    .and_then(claimonce::timestamp::unix_from_rfc3339);
+                e["object"] == "v2.core.event"
+                    && success.is_none_or(|s| s == *delivered)
+                    && gte.is_none_or(|g| created.is_some_and(|c| c >= g))
+                    && lte.is_none_or(|l| created.is_some_and(|c| c <= l))
+            })
+            .map(|(e, _)| e.clone())
+            .collect();
+        events.reverse();
+        events.sort_by_key(|e| {
+            std::cmp::Reverse(
+                e["created"]
+                    .as_str()
+                    .and_then(claimonce::timestamp::unix_from_rfc3339),
+            )
+        });
+        let start = match param("page") {
+            None => 0,
+            Some(token) => match token.strip_prefix("pg_").and_then(|n| n.parse().ok()) {
+                Some(n) => n,
+                None => return bad("Invalid page token"),
+            },
+        };
+        if hollow {
+            let next = format!("/v2/core/events?page=pg_{start}");
+            return reply(200, &[], json!({"data": [], "next_page_url": next}));
+        }
+        let page_size = self.state.lock().expect("state").page_size;
+        let page: Vec<Value> = events
+            .iter()
+            .skip(start)
+            .take(limit.min(page_size))
+            .cloned()
+            .collect();
+        let end = start + page.len();
+        // The token stands for the query and the place in it; the filters ride along here.
+        let next = (end < events.len()).then(|| {
+            let kept: Vec<String> = q
+                .iter()
+                .filter(|(k, _)| k != "page")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            format!("/v2/core/events?{}&page=pg_{end}", kept.join("&"))
+        });
+        reply(
+            200,
+            &[],
+            json!({"data": page, "next_page_url": next, "previous_page_url": null}),
         )
     }
 }

@@ -529,6 +529,137 @@ async fn stripe_recover_reaches_every_event_in_its_window_whatever_its_cap() {
     assert_eq!(credit(&db, "cus_cap").await, 250);
 }
 
+/// A thin `v1.invoice.paid` created `age` seconds ago, its invoice at `/v1/invoices/{invoice}`,
+/// with the snapshot event it is the twin of, if any.
+fn thin_invoice(id: &str, invoice: &str, age: u64, snapshot_event: Option<&str>) -> Vec<u8> {
+    let created = i64::try_from(now() - age)
+        .ok()
+        .and_then(claimonce::timestamp::rfc3339_from_unix)
+        .expect("a date");
+    let mut event = json!({
+        "id": id, "object": "v2.core.event", "type": "v1.invoice.paid", "livemode": false,
+        "created": created, "context": null,
+        "related_object": {"id": invoice, "type": "invoice", "url": format!("/v1/invoices/{invoice}")},
+    });
+    if let Some(snapshot) = snapshot_event {
+        event["snapshot_event"] = json!(snapshot);
+    }
+    serde_json::to_vec(&event).expect("JSON")
+}
+
+/// Thin events whose delivery did not succeed are listed from `GET /v2/core/events` (paged by
+/// `next_page_url`) beside the snapshot events, each completed from the API before its claim:
+/// a lost one applied from its invoice as Stripe holds it, one whose invoice is gone claimed
+/// and ignored, the twin of a snapshot event that did arrive a duplicate; a second run changes
+/// nothing. Without `RECOVER_THIN_EVENTS` no thin event is listed.
+#[tokio::test]
+async fn stripe_recover_applies_thin_events_whose_delivery_failed_once() {
+    let db = TestDb::new().await;
+    let (webhooks, _) = db.receiver(sign::stripe());
+    // Two events a page: the three undelivered thin events are two pages.
+    let api = StripeApi::start(STRIPE_KEY, 2, None).await;
+    api.put_object(
+        "/v1/invoices/in_rt_lost",
+        json!({"id": "in_rt_lost", "object": "invoice", "customer": "cus_thinrec",
+               "amount_paid": 700, "amount_due": 700, "status": "paid"}),
+    );
+    // A snapshot event whose webhook arrived, and its thin twin, undelivered as Stripe knows.
+    let snapshot = invoice("evt_rt_snapshot", "cus_thinrec", 50, 2400);
+    assert_eq!(outcome(&post_stripe(&webhooks, &snapshot).await).0, 200);
+    api.add(&snapshot, true);
+    api.add(
+        &thin_invoice(
+            "evt_rt_twin",
+            "in_rt_snapshot",
+            2400,
+            Some("evt_rt_snapshot"),
+        ),
+        false,
+    );
+    api.add(
+        &thin_invoice("evt_rt_lost", "in_rt_lost", 3000, None),
+        false,
+    );
+    api.add(
+        &thin_invoice("evt_rt_gone", "in_rt_gone", 2000, None),
+        false,
+    );
+    // Delivered: not listed.
+    api.add(
+        &thin_invoice("evt_rt_delivered", "in_rt_lost", 1000, None),
+        true,
+    );
+    // A snapshot event that never arrived, beside them.
+    api.add(&invoice("evt_rt_v1_lost", "cus_thinrec", 9, 1800), false);
+
+    let snapshots_only = stripe_recover(db.function_url(), &api, &[]).await;
+    let before = ok(snapshots_only.run().await);
+    assert_eq!(
+        (
+            &before["listed"],
+            &before["thin_listed"],
+            &before["applied"]
+        ),
+        (&json!(1), &json!(0), &json!(1)),
+        "{before}"
+    );
+    assert_eq!(credit(&db, "cus_thinrec").await, 50 + 9);
+
+    let recover = stripe_recover(db.function_url(), &api, &[("RECOVER_THIN_EVENTS", "true")]).await;
+    let first = ok(recover.run().await);
+    assert_eq!(
+        (
+            &first["pages"],
+            &first["listed"],
+            &first["thin_listed"],
+            &first["applied"],
+            &first["duplicates"],
+            &first["failed"],
+        ),
+        (
+            &json!(3),
+            &json!(4),
+            &json!(3),
+            &json!(2),
+            &json!(2),
+            &json!(0)
+        ),
+        "{first}"
+    );
+    assert_eq!(first["finished"], true, "{first}");
+    assert_eq!(credit(&db, "cus_thinrec").await, 50 + 9 + 700);
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM processed_events WHERE event_id IN ('evt_rt_lost', 'evt_rt_gone')"
+        )
+        .await,
+        2,
+        "each claimed under its own id"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_rt_twin'")
+            .await,
+        0,
+        "the twin is its snapshot's claim"
+    );
+    let fetched = api.fetched();
+    for path in [
+        "/v1/invoices/in_rt_lost",
+        "/v1/invoices/in_rt_gone",
+        "/v1/events/evt_rt_snapshot",
+    ] {
+        assert!(fetched.iter().any(|f| f == path), "{path}: {fetched:?}");
+    }
+
+    let second = ok(recover.run().await);
+    assert_eq!(
+        (&second["applied"], &second["duplicates"]),
+        (&json!(0), &json!(4)),
+        "{second}"
+    );
+    assert_eq!(credit(&db, "cus_thinrec").await, 759, "nothing twice");
+}
+
 /// A page that holds no event but says there are more (a listing Stripe should never send)
 /// ends the run with an error instead of asking for the same page until the budget ends; what
 /// was listed before it is applied.

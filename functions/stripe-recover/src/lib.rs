@@ -21,14 +21,21 @@
 //! writes one line with what it saw and did, and the recovery metrics by `Provider`
 //! ([`claimonce::scheduled::Recovery`]).
 //!
-//! The key is a restricted key with read access to events only (`rk_...`), from
-//! `STRIPE_API_KEY` or the Secrets Manager secret `STRIPE_API_KEY_ARN` names; the API is
-//! `STRIPE_API_BASE` (default `https://api.stripe.com`).
+//! With `RECOVER_THIN_EVENTS=true` a run also reads Stripe's thin events:
+//! `GET /v2/core/events?delivery_success=false` over the same window (`created_gte`,
+//! `created_lte` in RFC 3339, paged by `next_page_url`), checked against the ledger and capped
+//! with the snapshot events, each completed from the API as its webhook would be (the related
+//! object read now, or its `snapshot_event`) before its claim.
+//!
+//! The key is a restricted key with read access to events (`rk_...`), and with thin events to
+//! the objects their completion reads, from `STRIPE_API_KEY` or the Secrets Manager secret
+//! `STRIPE_API_KEY_ARN` names; the API is `STRIPE_API_BASE` (default `https://api.stripe.com`).
 
 use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Database, Settings};
+use claimonce::fetch::{self, SenderApi};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, ApiKey};
@@ -49,6 +56,11 @@ pub const DEFAULT_LOOKBACK_HOURS: u64 = 96;
 pub const MAX_LOOKBACK_HOURS: u64 = 30 * 24;
 /// Events per page, the most Stripe's `limit` takes.
 pub const PAGE_SIZE: u32 = 100;
+/// Thin events per page: the API description gives `GET /v2/core/events`'s `limit` no maximum,
+/// and 20 is within any that Stripe's v2 lists take.
+pub const THIN_PAGE_SIZE: u32 = 20;
+/// The variable that turns on the thin events' listing.
+pub const THIN_VAR: &str = "RECOVER_THIN_EVENTS";
 
 /// Which events a run looks at, and how many it may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,16 +72,26 @@ pub struct Window {
     /// At most this many events still to apply are tried per run (those already in the ledger
     /// are not counted).
     pub max_events: u64,
+    /// Thin events are listed too (`GET /v2/core/events`).
+    pub thin: bool,
 }
 
 impl Window {
     /// From `RECOVER_LOOKBACK_HOURS` (default 96, 1 to 720), `RECOVER_GRACE_SECONDS` (default
-    /// 600, at most a day) and `RECOVER_MAX_EVENTS` (default 2000, 1 to 100000).
+    /// 600, at most a day), `RECOVER_MAX_EVENTS` (default 2000, 1 to 100000) and
+    /// `RECOVER_THIN_EVENTS` (`true` or `false`, the default).
     pub fn from_env() -> Result<Self, ConfigError> {
         let window = Self {
             lookback_hours: config::number("RECOVER_LOOKBACK_HOURS", DEFAULT_LOOKBACK_HOURS)?,
             grace_seconds: config::number("RECOVER_GRACE_SECONDS", 600)?,
             max_events: config::number("RECOVER_MAX_EVENTS", 2000)?,
+            thin: match config::optional(THIN_VAR).as_deref() {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(_) => {
+                    return Err(ConfigError::new(format!("{THIN_VAR} is true or false")));
+                }
+            },
         };
         window.check().map_err(ConfigError::new)
     }
@@ -115,8 +137,10 @@ impl Window {
 pub struct Report {
     /// Pages read.
     pub pages: u64,
-    /// Events listed (`delivery_success=false`, in the window).
+    /// Events listed (`delivery_success=false`, in the window), thin ones included.
     pub listed: u64,
+    /// Of those, thin events (`GET /v2/core/events`).
+    pub thin_listed: u64,
     /// Listed and still to apply, but newer than the run's cap reached: the next run's.
     pub left_for_next_run: u64,
     /// Applied: processed, or claimed with no effect (ignored).
@@ -149,37 +173,172 @@ impl Report {
     }
 }
 
-/// One page of `GET /v1/events`: each event kept as the bytes Stripe sent.
-#[derive(Deserialize)]
-struct Page {
-    data: Vec<Box<RawValue>>,
-    has_more: bool,
+/// Which of Stripe's lists of events a listing reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// `GET /v1/events`: snapshot events, `created` in Unix seconds, paged by `starting_after`.
+    Snapshot,
+    /// `GET /v2/core/events`: thin events, `created` in RFC 3339, paged by `next_page_url`.
+    Thin,
 }
 
-/// What the run reads of an event before handing it on.
-#[derive(Deserialize)]
-struct Head {
-    id: String,
-    created: u64,
+/// One page of either list: each event kept as the bytes Stripe sent, and the path of the next
+/// page when there is one.
+struct Page {
+    data: Vec<Box<RawValue>>,
+    next: Option<String>,
+}
+
+impl Source {
+    /// The first page's path: undelivered events created from `from` to `to` (Unix seconds).
+    fn first_page(self, from: u64, to: u64) -> Result<String, String> {
+        match self {
+            Self::Snapshot => Ok(format!(
+                "/v1/events?delivery_success=false&limit={PAGE_SIZE}&created%5Bgte%5D={from}\
+                 &created%5Blte%5D={to}"
+            )),
+            Self::Thin => {
+                let rfc3339 = |t: u64| {
+                    i64::try_from(t)
+                        .ok()
+                        .and_then(claimonce::timestamp::rfc3339_from_unix)
+                        .ok_or("the window is not a date Stripe takes")
+                };
+                Ok(format!(
+                    "/v2/core/events?delivery_success=false&limit={THIN_PAGE_SIZE}&created_gte={}\
+                     &created_lte={}",
+                    rfc3339(from)?,
+                    rfc3339(to)?
+                ))
+            }
+        }
+    }
+
+    /// A page of this list, with the path of the next one (`first` is this listing's first
+    /// page's path, which a snapshot page continues with `starting_after`).
+    fn page(self, body: &[u8], first: &str) -> Result<Page, &'static str> {
+        #[derive(Deserialize)]
+        struct V1 {
+            data: Vec<Box<RawValue>>,
+            has_more: bool,
+        }
+        #[derive(Deserialize)]
+        struct V2 {
+            data: Vec<Box<RawValue>>,
+            next_page_url: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            id: std::borrow::Cow<'a, str>,
+        }
+        const NOT_A_LIST: &str = "the answer is not a list of events";
+        match self {
+            Self::Snapshot => {
+                let page: V1 = serde_json::from_slice(body).map_err(|_| NOT_A_LIST)?;
+                let next = match (page.has_more, page.data.last()) {
+                    (false, _) | (true, None) => None,
+                    (true, Some(last)) => {
+                        let id = serde_json::from_str::<Id<'_>>(last.get())
+                            .map_err(|_| "an event without id")?
+                            .id;
+                        // Stripe's ids are letters, digits and `_`: nothing to escape, and
+                        // anything else is not an id to page from.
+                        if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                            return Err("an event id that is not Stripe's");
+                        }
+                        Some(format!("{first}&starting_after={id}"))
+                    }
+                };
+                if page.data.is_empty() && page.has_more {
+                    // Paging on would ask for the same page again, until the budget ends.
+                    return Err("a page with no events says there are more");
+                }
+                Ok(Page {
+                    data: page.data,
+                    next,
+                })
+            }
+            Self::Thin => {
+                let page: V2 = serde_json::from_slice(body).map_err(|_| NOT_A_LIST)?;
+                let next = page.next_page_url.filter(|url| !url.is_empty());
+                if let Some(url) = &next {
+                    // The key goes only where this list is: a path of the same API.
+                    if !url.starts_with("/v2/core/events?")
+                        || !url.bytes().all(|b| b.is_ascii_graphic())
+                    {
+                        return Err("a next page that is not this list's");
+                    }
+                }
+                if page.data.is_empty() && next.is_some() {
+                    return Err("a page with no events says there are more");
+                }
+                Ok(Page {
+                    data: page.data,
+                    next,
+                })
+            }
+        }
+    }
+
+    /// An event's id and creation time (Unix seconds).
+    fn head(self, raw: &RawValue) -> Option<(String, u64)> {
+        #[derive(Deserialize)]
+        struct Head<T> {
+            id: String,
+            created: T,
+        }
+        match self {
+            Self::Snapshot => serde_json::from_str::<Head<u64>>(raw.get())
+                .ok()
+                .map(|h| (h.id, h.created)),
+            Self::Thin => {
+                let head = serde_json::from_str::<Head<String>>(raw.get()).ok()?;
+                let created = claimonce::timestamp::unix_from_rfc3339(&head.created)?;
+                Some((head.id, u64::try_from(created).ok()?))
+            }
+        }
+    }
 }
 
 /// What a listing keeps for the run to apply.
 struct ToApply {
-    /// Events not in the ledger, newest first, at most the cap.
-    events: std::collections::VecDeque<Listed>,
+    /// Events not in the ledger, at most the cap: the oldest of those listed.
+    events: std::collections::BinaryHeap<Listed>,
     /// The oldest of those over the cap (left for the next run), when any.
     oldest_left: Option<u64>,
-    /// The listing reached the window's start.
+    /// Every listing reached the window's start.
     reached: bool,
     /// The window's start (Unix seconds).
     from: u64,
 }
 
-/// One listed event.
+/// One listed event, ordered by when it was created (then its id): the heap's top is the
+/// newest.
 struct Listed {
     id: String,
     created: u64,
     raw: Box<RawValue>,
+}
+
+impl PartialEq for Listed {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Listed {}
+
+impl PartialOrd for Listed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Listed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.created, &self.id).cmp(&(other.created, &other.id))
+    }
 }
 
 /// The recover function in one execution environment.
@@ -195,28 +354,43 @@ pub struct Recoverer {
 
 impl Recoverer {
     /// Assembles one: Stripe's API at `api` with `key`, the database `settings` (a user with
-    /// the Stripe receiver's role), `window`.
-    pub fn new(api: Api, key: String, settings: Settings, window: Window, log: Log) -> Self {
-        // One event may take a delivery's deadline, one page a request's; then the line.
-        let margin = settings
-            .timeouts()
-            .delivery
+    /// the Stripe receiver's role), `window`. With thin events, each is completed through the
+    /// same API and key, every GET bounded by `fetch_timeout`.
+    pub fn new(
+        api: Api,
+        key: String,
+        settings: Settings,
+        window: Window,
+        fetch_timeout: Duration,
+        log: Log,
+    ) -> Result<Self, ConfigError> {
+        // One event may take a delivery's deadline and its completion's GET, one page a
+        // request's; then the line.
+        let margin = (settings.timeouts().delivery + fetch_timeout)
             .max(claimonce::sender_api::REQUEST_TIMEOUT)
             + Duration::from_secs(2);
+        let completion = if window.thin {
+            let api = SenderApi::new(api.base(), &key, fetch_timeout)
+                .map_err(|why| ConfigError::new(format!("STRIPE_API_BASE: {why}")))?;
+            Some(api)
+        } else {
+            None
+        };
         let receiver = Receiver::new(
             Stripe::without_webhooks(),
             Database::new(settings),
             Limits::default(),
             log.clone(),
-        );
-        Self {
+        )
+        .with_sender_api(completion);
+        Ok(Self {
             api,
             key: ApiKey::new(&key),
             receiver,
             window,
             log,
             margin,
-        }
+        })
     }
 
     /// The margin kept before the invocation's deadline.
@@ -243,9 +417,10 @@ impl Recoverer {
         }
     }
 
-    /// Every page of the window, newest first as Stripe pages them, until the last page, half
-    /// the budget, a rate limit or an error; each page's events already in the ledger counted
-    /// and dropped, and of the others only the oldest `max_events` kept.
+    /// Every page of the window in each list the run reads (snapshot events, then thin ones),
+    /// newest first as Stripe pages them, until the last page, half the budget, a rate limit or
+    /// an error; each page's events already in the ledger counted and dropped, and of the
+    /// others only the oldest `max_events` kept.
     async fn list(
         &self,
         budget: &Budget,
@@ -253,37 +428,58 @@ impl Recoverer {
         now: u64,
         report: &mut Report,
     ) -> ToApply {
+        let from = now.saturating_sub(window.lookback_hours * 3600);
         let mut kept = ToApply {
-            events: std::collections::VecDeque::new(),
+            events: std::collections::BinaryHeap::new(),
             oldest_left: None,
             reached: false,
-            from: now.saturating_sub(window.lookback_hours * 3600),
+            from,
         };
-        let events = &mut kept.events;
-        let cap = usize::try_from(window.max_events).unwrap_or(usize::MAX);
         // The other half is for applying what was listed.
         let listing = Budget::until(std::time::Instant::now() + budget.remaining() / 2);
-        let from = now.saturating_sub(window.lookback_hours * 3600);
         let to = now.saturating_sub(window.grace_seconds);
-        let auth = match self.key.bearer() {
-            Ok(header) => header,
-            Err(why) => {
-                report.error = Some(why);
+        let sources: &[Source] = if window.thin {
+            &[Source::Snapshot, Source::Thin]
+        } else {
+            &[Source::Snapshot]
+        };
+        for &source in sources {
+            kept.reached = false;
+            match self
+                .list_one(source, &listing, (from, to), window, &mut kept, report)
+                .await
+            {
+                Ok(reached) => kept.reached = reached,
+                Err(why) => {
+                    report.error = Some(why);
+                    return kept;
+                }
+            }
+            if !kept.reached {
                 return kept;
             }
-        };
-        let mut after: Option<String> = None;
+        }
+        kept
+    }
+
+    /// One list's pages into `kept`: whether the listing reached the window's start, or why it
+    /// failed (data-free).
+    async fn list_one(
+        &self,
+        source: Source,
+        listing: &Budget,
+        (from, to): (u64, u64),
+        window: Window,
+        kept: &mut ToApply,
+        report: &mut Report,
+    ) -> Result<bool, String> {
+        let cap = usize::try_from(window.max_events).unwrap_or(usize::MAX);
+        let auth = self.key.bearer()?;
+        let first = source.first_page(from, to)?;
+        let mut path = first.clone();
         loop {
             if !listing.allows_more() {
-                return kept;
-            }
-            let mut path = format!(
-                "/v1/events?delivery_success=false&limit={PAGE_SIZE}&created%5Bgte%5D={from}\
-                 &created%5Blte%5D={to}"
-            );
-            if let Some(id) = &after {
-                path.push_str("&starting_after=");
-                path.push_str(id);
+                return Ok(false);
             }
             let answer = match self
                 .api
@@ -293,69 +489,51 @@ impl Recoverer {
                 Ok(answer) => answer,
                 Err(ApiError::RateLimited { retry_after }) => {
                     report.rate_limited_seconds = Some(retry_after.as_secs());
-                    return kept;
+                    return Ok(false);
                 }
-                Err(e) => {
-                    report.error = Some(format!("listing events: {e}"));
-                    return kept;
-                }
+                Err(e) => return Err(format!("listing events: {e}")),
             };
             if !answer.status.is_success() {
-                report.error = Some(format!(
+                return Err(format!(
                     "listing events: HTTP {}: {}",
                     answer.status.as_u16(),
                     stripe_error(&answer.body)
                 ));
-                return kept;
             }
-            let Ok(page) = serde_json::from_slice::<Page>(&answer.body) else {
-                report.error = Some("listing events: the answer is not a list of events".into());
-                return kept;
-            };
+            let page = source
+                .page(&answer.body, &first)
+                .map_err(|why| format!("listing events: {why}"))?;
             report.pages += 1;
-            if page.data.is_empty() && page.has_more {
-                // Paging on would ask for the same page again, until the budget ends.
-                report.error =
-                    Some("listing events: a page with no events says there are more".into());
-                return kept;
-            }
             let mut listed = Vec::with_capacity(page.data.len());
             for raw in page.data {
-                let Ok(head) = serde_json::from_str::<Head>(raw.get()) else {
-                    report.error = Some("listing events: an event without id or created".into());
-                    return kept;
-                };
-                listed.push(Listed {
-                    id: head.id,
-                    created: head.created,
-                    raw,
-                });
+                let (id, created) = source
+                    .head(&raw)
+                    .ok_or("listing events: an event without id or created")?;
+                listed.push(Listed { id, created, raw });
             }
             report.listed += listed.len() as u64;
+            if source == Source::Thin {
+                report.thin_listed += listed.len() as u64;
+            }
             let ids: Vec<&str> = listed.iter().map(|e| e.id.as_str()).collect();
-            let claimed = match self.receiver.claimed(&ids).await {
-                Ok(claimed) => claimed,
-                Err(e) => {
-                    report.error = Some(match e.unavailable() {
-                        Some(reason) => format!("the database is unavailable ({reason})"),
-                        None => format!("looking up the listed events: {}", e.summary()),
-                    });
-                    return kept;
-                }
-            };
-            // Stripe's ids are letters, digits and `_`: nothing to escape, and anything else
-            // is not an id to page from.
-            let last = listed.last().map(|e| e.id.clone());
+            let claimed = self
+                .receiver
+                .claimed(&ids)
+                .await
+                .map_err(|e| match e.unavailable() {
+                    Some(reason) => format!("the database is unavailable ({reason})"),
+                    None => format!("looking up the listed events: {}", e.summary()),
+                })?;
             for event in listed {
                 if claimed.contains(&event.id) {
                     report.duplicates += 1;
                 } else {
-                    events.push_back(event);
+                    kept.events.push(event);
                 }
             }
-            // Newest first: what is over the cap is the newest, left for the next run.
-            while events.len() > cap {
-                if let Some(newest) = events.pop_front() {
+            // What is over the cap is the newest, left for the next run.
+            while kept.events.len() > cap {
+                if let Some(newest) = kept.events.pop() {
                     report.left_for_next_run += 1;
                     kept.oldest_left = Some(
                         kept.oldest_left
@@ -363,25 +541,16 @@ impl Recoverer {
                     );
                 }
             }
-            if !page.has_more {
-                kept.reached = true;
-                return kept;
+            match page.next {
+                Some(next) => path = next,
+                None => return Ok(true),
             }
-            let Some(last) = last else {
-                return kept;
-            };
-            if !last.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                report.error = Some("listing events: an event id that is not Stripe's".into());
-                return kept;
-            }
-            after = Some(last);
         }
     }
 
     /// Applies the events kept, oldest first, while the budget lasts.
     async fn apply(&self, budget: &Budget, listed: ToApply, now: u64, report: &mut Report) {
-        let mut events: Vec<Listed> = listed.events.into();
-        events.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        let events = listed.events.into_sorted_vec();
         let mut oldest_failure: Option<u64> = listed.oldest_left;
         let mut unavailable = None;
         for event in &events {
@@ -481,8 +650,17 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             .await?;
         let api = Api::from_env("STRIPE_API_BASE", DEFAULT_API_BASE)?;
         let window = Window::from_env()?;
+        let fetch_timeout = match config::number(fetch::TIMEOUT_VAR, 3000)? {
+            0 => {
+                return Err(ConfigError::new(format!(
+                    "{} must be greater than 0",
+                    fetch::TIMEOUT_VAR
+                )));
+            }
+            ms => Duration::from_millis(ms),
+        };
         let settings = Settings::from_env().await?;
-        Ok::<_, ConfigError>(Recoverer::new(api, key, settings, window, log.clone()))
+        Recoverer::new(api, key, settings, window, fetch_timeout, log.clone())
     }
     .await;
     let recoverer = log.config(built)?;
@@ -507,6 +685,7 @@ mod tests {
             lookback_hours: DEFAULT_LOOKBACK_HOURS,
             grace_seconds: 600,
             max_events: 2000,
+            thin: false,
         };
         assert_eq!(window.check(), Ok(window));
         let asked = window
@@ -521,6 +700,48 @@ mod tests {
             window
                 .for_invocation(&json!({"lookback_hours": "a week"}))
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn a_thin_page_is_paged_by_its_next_page_url_and_only_within_this_list() {
+        let event = r#"{"id":"evt_test_65R","object":"v2.core.event","type":"v1.invoice.paid","created":"2026-12-02T10:00:00.000Z"}"#;
+        let body = format!(
+            r#"{{"data":[{event}],"next_page_url":"/v2/core/events?page=p_2","previous_page_url":null}}"#
+        );
+        let page = Source::Thin
+            .page(body.as_bytes(), "/v2/core/events?limit=100")
+            .expect("a page");
+        assert_eq!(page.next.as_deref(), Some("/v2/core/events?page=p_2"));
+        let head = page.data.first().and_then(|raw| Source::Thin.head(raw));
+        assert_eq!(head, Some(("evt_test_65R".to_owned(), 1_796_205_600)));
+        let last = br#"{"data":[],"next_page_url":null}"#;
+        assert!(
+            Source::Thin
+                .page(last, "")
+                .expect("the last page")
+                .next
+                .is_none()
+        );
+        for refused in [
+            r#"{"data":[],"next_page_url":"/v2/core/events?page=p_3"}"#.to_owned(),
+            format!(
+                r#"{{"data":[{event}],"next_page_url":"https://elsewhere.example/v2/core/events?page=p"}}"#
+            ),
+            format!(r#"{{"data":[{event}],"next_page_url":"/v1/customers?limit=100"}}"#),
+            format!(r#"{{"data":[{event}],"next_page_url":"/v2/core/events?page=a b"}}"#),
+        ] {
+            assert!(
+                Source::Thin.page(refused.as_bytes(), "").is_err(),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            Source::Thin
+                .first_page(1_796_205_600, 1_796_209_200)
+                .as_deref(),
+            Ok("/v2/core/events?delivery_success=false&limit=20\
+                &created_gte=2026-12-02T10:00:00Z&created_lte=2026-12-02T11:00:00Z")
         );
     }
 
