@@ -30,14 +30,9 @@ pub async fn localstripe() -> Result<String, String> {
     .await
 }
 
-/// Starts `program` of the pinned emulators (installed by `scripts/test-tools`) with the
-/// arguments `args` makes of a free loopback port, and waits until it accepts a connection;
-/// `leftovers` are files it writes outside its folder, removed when it stops.
-async fn emulator(
-    program: &str,
-    args: impl Fn(String) -> Vec<String>,
-    leftovers: &[&str],
-) -> Result<String, String> {
+/// The bin directory of the pinned test tools (`scripts/test-tools.txt`: the emulators and
+/// the AWS CLI), installed by `scripts/test-tools` into a private virtualenv the first time.
+pub async fn tools_bin() -> Result<std::path::PathBuf, String> {
     let script = crate::functions::workspace_root().join("scripts/test-tools");
     let tools = tokio::process::Command::new(&script)
         .output()
@@ -49,7 +44,20 @@ async fn emulator(
             String::from_utf8_lossy(&tools.stderr).trim()
         ));
     }
-    let bin = std::path::PathBuf::from(String::from_utf8_lossy(&tools.stdout).trim());
+    Ok(std::path::PathBuf::from(
+        String::from_utf8_lossy(&tools.stdout).trim(),
+    ))
+}
+
+/// Starts `program` of the pinned emulators (installed by `scripts/test-tools`) with the
+/// arguments `args` makes of a free loopback port, and waits until it accepts a connection;
+/// `leftovers` are files it writes outside its folder, removed when it stops.
+async fn emulator(
+    program: &str,
+    args: impl Fn(String) -> Vec<String>,
+    leftovers: &[&str],
+) -> Result<String, String> {
+    let bin = tools_bin().await?;
     let port = crate::postgres::free_loopback_port().map_err(|e| e.to_string())?;
     let dir =
         std::env::temp_dir().join(format!("claimonce-{program}-{}-{port}", std::process::id()));

@@ -257,6 +257,13 @@ impl TestDb {
         &self.function_url
     }
 
+    /// The URL straight to the server, in either pass, for code under test that must not go
+    /// through the pooler, saying why.
+    pub fn direct_url(&self, reason: &'static str) -> &str {
+        self.direct_because(reason);
+        &self.url
+    }
+
     /// Says why this test's code under test connects directly in the pooled pass too.
     pub fn direct_because(&self, reason: &'static str) {
         self.mark(Route::Direct(reason));

@@ -171,3 +171,86 @@ impl Drop for Scheduled {
         let _ = std::fs::remove_file(&self.log);
     }
 }
+
+/// Lambda's Invoke API (`POST /2015-03-31/functions/{name}/invocations`) in front of function
+/// binaries under the Runtime API emulator, for the AWS CLI's `aws lambda invoke
+/// --endpoint-url`: the payload goes to the named function as its event, and its answer comes
+/// back as Lambda returns it (200, the payload; an error with `X-Amz-Function-Error:
+/// Unhandled`). Every answer is kept for the test to read.
+#[derive(Debug, Clone)]
+pub struct LambdaApi {
+    /// `http://127.0.0.1:<port>`, the CLI's `--endpoint-url`.
+    pub url: String,
+    answers: Arc<std::sync::Mutex<Vec<(String, Ran)>>>,
+}
+
+impl LambdaApi {
+    /// Serves `functions`, each under its name, every invocation given `timeout`.
+    pub async fn start(functions: Vec<(String, RuntimeApi)>, timeout: Duration) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let functions: Arc<std::collections::HashMap<String, RuntimeApi>> =
+            Arc::new(functions.into_iter().collect());
+        let answers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = Arc::clone(&answers);
+        tokio::spawn(claimonce_local::http::serve(listener, move |request| {
+            let (functions, kept) = (Arc::clone(&functions), Arc::clone(&kept));
+            async move {
+                let name = request
+                    .uri()
+                    .path()
+                    .strip_prefix("/2015-03-31/functions/")
+                    .and_then(|rest| rest.strip_suffix("/invocations"))
+                    .unwrap_or_default()
+                    .to_owned();
+                let event = claimonce_local::http::body(request).await;
+                let reply = |status: u16, error: bool, body: bytes::Bytes| {
+                    let mut response = hyper::Response::new(http_body_util::Full::new(body));
+                    *response.status_mut() = hyper::StatusCode::from_u16(status).expect("status");
+                    let headers = response.headers_mut();
+                    headers.insert("x-amz-executed-version", "$LATEST".parse().expect("value"));
+                    if error {
+                        headers.insert("x-amz-function-error", "Unhandled".parse().expect("value"));
+                    }
+                    response
+                };
+                let Some(function) = functions.get(&name) else {
+                    let body = serde_json::json!({"Type": "User", "Message": format!(
+                        "Function not found: {name}")});
+                    return reply(404, false, body.to_string().into());
+                };
+                match function.invoke(event, timeout).await {
+                    Ok(Outcome::Response(payload)) => {
+                        let answer = serde_json::from_slice(&payload).map_err(|e| e.to_string());
+                        kept.lock().expect("answers").push((name, answer));
+                        reply(200, false, payload)
+                    }
+                    Ok(Outcome::Error(error)) => {
+                        let text = String::from_utf8_lossy(&error).into_owned();
+                        kept.lock().expect("answers").push((name, Err(text)));
+                        reply(200, true, error)
+                    }
+                    Err(e) => reply(500, false, format!("{e:?}").into()),
+                }
+            }
+        }));
+        Self { url, answers }
+    }
+
+    /// Every invocation answered so far: the function's name and its answer or error.
+    pub fn answers(&self) -> Vec<(String, Ran)> {
+        self.answers.lock().expect("answers").clone()
+    }
+}
+
+/// `binary` started under its own Runtime API emulator with `env`, its log discarded: one
+/// function for [`LambdaApi`].
+pub async fn started(binary: &str, env: &[(&str, &str)]) -> (RuntimeApi, Child) {
+    let api = RuntimeApi::start(binary).await.expect("runtime api");
+    let mut command = api.command(&binaries().await.join(binary), env);
+    command.stdout(Stdio::null());
+    let child = command.spawn().expect("spawn the function binary");
+    (api, child)
+}

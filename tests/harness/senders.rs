@@ -12,7 +12,10 @@
 //!   secret or restricted key as a bearer token, and its 429. Its events are either the test's
 //!   own or read from localstripe (the real emulator, which lists events with `created` and
 //!   `starting_after` but has no `delivery_success` filter, returns them oldest first and
-//!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks.
+//!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks. And
+//!   `GET /v2/core/events` for thin events (`delivery_success`, `created_gte`/`created_lte` in
+//!   RFC 3339, `limit`, newest first, the next page a `page` token in `next_page_url`), which
+//!   localstripe does not serve.
 //! - [`ResendApi`]: Resend's API reference of `GET /webhooks/{webhook_id}/events` (most recent
 //!   first, `limit` 1 to 100 defaulting to 20, `after` an event id, no `before`; `object`
 //!   `list`, `has_more`, `data` of `id`, `type`, `created_at`, `status`) and
