@@ -193,6 +193,7 @@ pub fn spawn_stripe(
     api: &claimonce_local::runtime_api::RuntimeApi,
     binary: &Path,
     database_url: &str,
+    extra: &[(&str, &str)],
 ) -> tokio::process::Child {
     api.command(
         binary,
@@ -201,6 +202,7 @@ pub fn spawn_stripe(
             ("STRIPE_WEBHOOK_SECRET", SECRET),
         ],
     )
+    .envs(extra.iter().copied())
     // It takes EventBridge events too (claimonce::bridge), as a deployment with
     // StripeEventBusName does: the lambda-loop measures that path beside the webhook's.
     .envs(claimonce_local::bridge::function_env(

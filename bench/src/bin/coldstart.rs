@@ -73,7 +73,7 @@ async fn main() -> std::process::ExitCode {
             true,
         );
         let started = Instant::now();
-        let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url);
+        let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url, &[]);
         let answered = api.invoke(first, Duration::from_secs(10)).await;
         let took = started.elapsed();
         if !ok(answered) {

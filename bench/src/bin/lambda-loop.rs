@@ -97,6 +97,11 @@ fn args() -> Result<Args, (String, u8)> {
     })
 }
 
+/// The invoice every thin delivery names, served by the stand-in of Stripe's API.
+const THIN_INVOICE: &str = "in_thin_loop";
+/// The key the Stripe function sends the stand-in.
+const THIN_KEY: &str = "rk_test_lambda_loop";
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     /// The bare runtime's fixed answer to the rejected delivery's event.
@@ -108,6 +113,9 @@ enum Kind {
     Ignored,
     /// An `invoice.paid` credit as a record of the event queue (EventBridge's path).
     Bridged,
+    /// A thin `v1.invoice.paid` by webhook: its invoice read from Stripe's API (a stand-in on
+    /// loopback, plain HTTP) before the claim, then the same credit.
+    Thin,
 }
 
 impl Kind {
@@ -120,6 +128,7 @@ impl Kind {
             Kind::Credit => "invoice.paid (credit)",
             Kind::Ignored => "ignored type",
             Kind::Bridged => "invoice.paid through EventBridge (credit, a queue record)",
+            Kind::Thin => "thin v1.invoice.paid (a GET of the invoice, then the credit)",
         }
     }
 
@@ -162,6 +171,15 @@ impl Kind {
                 let arn = claimonce_local::bridge::queue_arn("stripe");
                 let event = claimonce_local::bridge::sqs_event(&arn, &[("m", &envelope)], 1);
                 (event.to_string(), b"\"batchItemFailures\":[]")
+            }
+            Kind::Thin => {
+                let body = serde_json::to_vec(&json!({"id": format!("evt_t_{n}"),
+                    "object": "v2.core.event", "type": "v1.invoice.paid", "livemode": false,
+                    "created": "2026-12-02T10:00:00.000Z", "context": null,
+                    "related_object": {"id": THIN_INVOICE, "type": "invoice",
+                        "url": format!("/v1/invoices/{THIN_INVOICE}")}}))
+                .unwrap_or_default();
+                (stripe_event(&body, true), OK)
             }
         }
     }
@@ -299,8 +317,20 @@ async fn main() -> std::process::ExitCode {
             .expect("spawn the bare runtime")
     })
     .await;
+    // Stripe's API for the thin deliveries: the invoice as `GET /v1/invoices/{id}` returns it.
+    let stripe_api = claimonce_tests::senders::StripeApi::start(THIN_KEY, 100, None).await;
+    stripe_api.put_object(
+        &format!("/v1/invoices/{THIN_INVOICE}"),
+        json!({"id": THIN_INVOICE, "object": "invoice", "customer": "cus_t", "amount_paid": 1,
+               "amount_due": 1, "status": "paid"}),
+    );
     let stripe = Fleet::start("stripe-webhook", processes, |api| {
-        claimonce_bench::spawn_stripe(api, &binary, &url)
+        claimonce_bench::spawn_stripe(
+            api,
+            &binary,
+            &url,
+            &[("STRIPE_API_KEY", THIN_KEY), ("STRIPE_API_BASE", &stripe_api.url)],
+        )
     })
     .await;
     if floor.pids.len() as u64 != processes || stripe.pids.len() as u64 != processes {
@@ -337,6 +367,7 @@ async fn main() -> std::process::ExitCode {
         Kind::Credit,
         Kind::Ignored,
         Kind::Bridged,
+        Kind::Thin,
     ] {
         let fleet = if kind == Kind::Floor { &floor } else { &stripe };
         // Built before the clock starts: only the function's side is measured anyway, but
