@@ -329,7 +329,10 @@ async fn main() -> std::process::ExitCode {
             api,
             &binary,
             &url,
-            &[("STRIPE_API_KEY", THIN_KEY), ("STRIPE_API_BASE", &stripe_api.url)],
+            &[
+                ("STRIPE_API_KEY", THIN_KEY),
+                ("STRIPE_API_BASE", &stripe_api.url),
+            ],
         )
     })
     .await;
