@@ -14,7 +14,8 @@
 //!   `starting_after` but has no `delivery_success` filter, returns them oldest first and
 //!   accepts only `sk_` keys): the stand-in then adds exactly what localstripe lacks. And
 //!   `GET /v2/core/events` for thin events (`delivery_success`, `created_gte`/`created_lte` in
-//!   RFC 3339, `limit`, newest first, the next page a `page` token in `next_page_url`), which
+//!   RFC 3339, `limit`, newest first, the next page a `page` token in `next_page_url`; a secret
+//!   key only, as Stripe's API v2 overview says, refused with a 401 otherwise), which
 //!   localstripe does not serve.
 //! - [`ResendApi`]: Resend's API reference of `GET /webhooks/{webhook_id}/events` (most recent
 //!   first, `limit` 1 to 100 defaulting to 20, `after` an event id, no `before`; `object`
@@ -588,6 +589,14 @@ impl StripeApi {
             return error(404, "invalid_request_error", "Unrecognized request URL");
         }
         if request.uri().path() == "/v2/core/events" {
+            // Stripe's `/v2` namespace takes secret keys only.
+            if !key.starts_with("sk_") {
+                return error(
+                    401,
+                    "invalid_request_error",
+                    "The /v2 API is only accessible using a secret key",
+                );
+            }
             return self.thin_events(request.uri(), hollow).await;
         }
         if request.uri().path() != "/v1/events" {

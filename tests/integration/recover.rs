@@ -15,6 +15,8 @@ use claimonce_tests::until;
 use serde_json::{Value, json};
 
 const STRIPE_KEY: &str = "rk_test_claimonce_events_read";
+/// A secret key, which Stripe's `/v2` API requires (thin events).
+const SECRET_KEY: &str = "sk_test_claimonce_thin_recovery";
 const RESEND_KEY: &str = "re_test_claimonce_full_access";
 const RESEND_WEBHOOK: &str = "4dd369bc-aa82-4ff3-97de-514ae3000ee0";
 
@@ -556,8 +558,9 @@ fn thin_invoice(id: &str, invoice: &str, age: u64, snapshot_event: Option<&str>)
 async fn stripe_recover_applies_thin_events_whose_delivery_failed_once() {
     let db = TestDb::new().await;
     let (webhooks, _) = db.receiver(sign::stripe());
-    // Two events a page: the three undelivered thin events are two pages.
-    let api = StripeApi::start(STRIPE_KEY, 2, None).await;
+    // Two events a page: the three undelivered thin events are two pages. Stripe's v2 API
+    // takes a secret key only.
+    let api = StripeApi::start(SECRET_KEY, 2, None).await;
     api.put_object(
         "/v1/invoices/in_rt_lost",
         json!({"id": "in_rt_lost", "object": "invoice", "customer": "cus_thinrec",
@@ -592,7 +595,8 @@ async fn stripe_recover_applies_thin_events_whose_delivery_failed_once() {
     // A snapshot event that never arrived, beside them.
     api.add(&invoice("evt_rt_v1_lost", "cus_thinrec", 9, 1800), false);
 
-    let snapshots_only = stripe_recover(db.function_url(), &api, &[]).await;
+    let snapshots_only =
+        stripe_recover(db.function_url(), &api, &[("STRIPE_API_KEY", SECRET_KEY)]).await;
     let before = ok(snapshots_only.run().await);
     assert_eq!(
         (
@@ -605,7 +609,15 @@ async fn stripe_recover_applies_thin_events_whose_delivery_failed_once() {
     );
     assert_eq!(credit(&db, "cus_thinrec").await, 50 + 9);
 
-    let recover = stripe_recover(db.function_url(), &api, &[("RECOVER_THIN_EVENTS", "true")]).await;
+    let recover = stripe_recover(
+        db.function_url(),
+        &api,
+        &[
+            ("RECOVER_THIN_EVENTS", "true"),
+            ("STRIPE_API_KEY", SECRET_KEY),
+        ],
+    )
+    .await;
     let first = ok(recover.run().await);
     assert_eq!(
         (
@@ -658,6 +670,29 @@ async fn stripe_recover_applies_thin_events_whose_delivery_failed_once() {
         "{second}"
     );
     assert_eq!(credit(&db, "cus_thinrec").await, 759, "nothing twice");
+
+    // With a restricted key, which `/v1/events` takes, the thin listing is refused: the run
+    // fails naming it, and nothing of the thin list is applied.
+    let restricted = StripeApi::start(STRIPE_KEY, 2, None).await;
+    restricted.add(
+        &thin_invoice("evt_rt_restricted", "in_rt_lost", 3000, None),
+        false,
+    );
+    let refused = stripe_recover(
+        db.function_url(),
+        &restricted,
+        &[("RECOVER_THIN_EVENTS", "true")],
+    )
+    .await
+    .run()
+    .await
+    .expect_err("v2 takes no restricted key");
+    assert!(refused.contains("HTTP 401"), "{refused}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_rt_restricted'")
+            .await,
+        0
+    );
 }
 
 /// A page that holds no event but says there are more (a listing Stripe should never send)

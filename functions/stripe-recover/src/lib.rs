@@ -27,9 +27,10 @@
 //! with the snapshot events, each completed from the API as its webhook would be (the related
 //! object read now, or its `snapshot_event`) before its claim.
 //!
-//! The key is a restricted key with read access to events (`rk_...`), and with thin events to
-//! the objects their completion reads, from `STRIPE_API_KEY` or the Secrets Manager secret
-//! `STRIPE_API_KEY_ARN` names; the API is `STRIPE_API_BASE` (default `https://api.stripe.com`).
+//! The key is a restricted key with read access to events (`rk_...`), or with thin events a
+//! secret key (`sk_...`: Stripe's `/v2` API takes no other), from `STRIPE_API_KEY` or the
+//! Secrets Manager secret `STRIPE_API_KEY_ARN` names; the API is `STRIPE_API_BASE` (default
+//! `https://api.stripe.com`).
 
 use std::time::{Duration, Instant};
 
