@@ -14,6 +14,14 @@ claimonce_venv() {
     hash="$( (sha256sum "$pins" 2>/dev/null || shasum -a 256 "$pins") | cut -c1-12)"
     dir="${CLAIMONCE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/claimonce/$name-$hash}"
     export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+    mkdir -p "$(dirname "$dir")"
+    # Several callers at once (the tests start their emulators in parallel) install it once:
+    # the first holds the lock while it installs, the others wait and then find it installed.
+    # The lock goes with the process; without flock (macOS), callers are not serialised.
+    if [ ! -e "$dir/.installed" ] && command -v flock >/dev/null; then
+        exec 9>"$dir.lock"
+        flock 9
+    fi
     if [ ! -e "$dir/.installed" ]; then
         echo "--- installing $(basename "$pins")'s pins into $dir" >&2
         rm -rf "$dir"
