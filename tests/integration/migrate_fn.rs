@@ -12,7 +12,6 @@ use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_migrate::Migrator;
 use claimonce_tests::TestDb;
 use claimonce_tests::db::{test_timeouts, with_database};
-use claimonce_tests::lambda::binaries;
 use claimonce_tests::recorder::{Recorded, Recorder};
 use serde_json::{Value, json};
 
@@ -318,13 +317,9 @@ async fn a_request_naming_another_response_host_is_refused_with_nothing_done() {
 
 /// The real migrate binary under a Runtime API with `env`; it runs until the child is dropped.
 async fn migrate_binary(env: &[(&str, &str)]) -> (RuntimeApi, tokio::process::Child) {
-    let api = RuntimeApi::start("migrate").await.expect("api");
     let mut env = env.to_vec();
     env.push(("MIGRATE_LOOPBACK_RESPONSE_URL", "1"));
-    let mut command = api.command(&binaries().await.join("migrate"), &env);
-    command.stdout(std::process::Stdio::null());
-    let instance = command.spawn().expect("spawn migrate");
-    (api, instance)
+    claimonce_tests::lambda::started("migrate", &env).await
 }
 
 #[tokio::test]
