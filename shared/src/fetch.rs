@@ -18,6 +18,16 @@ use crate::config::{self, ConfigError};
 /// timeout beside the database's deadline and a spill.
 pub const TIMEOUT_VAR: &str = "SENDER_API_TIMEOUT_MS";
 
+/// The bound on one GET, from [`TIMEOUT_VAR`] (milliseconds, default 3000, more than 0).
+pub fn timeout_from_env() -> Result<Duration, ConfigError> {
+    match config::number(TIMEOUT_VAR, 3000)? {
+        0 => Err(ConfigError::new(format!(
+            "{TIMEOUT_VAR} must be greater than 0"
+        ))),
+        ms => Ok(Duration::from_millis(ms)),
+    }
+}
+
 /// A GET answered: its status and body.
 #[derive(Debug, Clone)]
 pub struct Fetched {
@@ -43,15 +53,15 @@ pub struct SenderApi {
 }
 
 impl SenderApi {
-    /// The API at `base` (`https://`, or `http://` on a loopback host) with `key`, each GET
-    /// bounded by `timeout`.
+    /// `api` with `key`, each GET bounded by `timeout`: a function that already reaches the
+    /// sender's API (a recover function) completes through the same client.
     #[cfg(feature = "sender-api")]
-    pub fn new(base: &str, key: &str, timeout: Duration) -> Result<Self, String> {
-        Ok(Self {
-            api: crate::sender_api::Api::new(base)?,
+    pub fn new(api: crate::sender_api::Api, key: &str, timeout: Duration) -> Self {
+        Self {
+            api,
             key: crate::sender_api::ApiKey::new(key),
             timeout,
-        })
+        }
     }
 
     /// From the environment, for a registry entry that names the variables: `None` when the
@@ -67,12 +77,7 @@ impl SenderApi {
         {
             return Ok(None);
         }
-        let ms = config::number(TIMEOUT_VAR, 3000)?;
-        if ms == 0 {
-            return Err(ConfigError::new(format!(
-                "{TIMEOUT_VAR} must be greater than 0"
-            )));
-        }
+        let timeout = timeout_from_env()?;
         #[cfg(feature = "sender-api")]
         {
             let key = crate::secrets::WebhookSecrets::from_env(api.key_var)
@@ -80,15 +85,18 @@ impl SenderApi {
                 .read()
                 .await?;
             let base = config::optional(api.base_var).unwrap_or_else(|| api.base.to_owned());
-            Self::new(&base, &key, Duration::from_millis(ms))
-                .map(Some)
-                .map_err(|why| ConfigError::new(format!("{}: {why}", api.base_var)))
+            let sender = crate::sender_api::Api::new(&base)
+                .map_err(|why| ConfigError::new(format!("{}: {why}", api.base_var)))?;
+            Ok(Some(Self::new(sender, &key, timeout)))
         }
         #[cfg(not(feature = "sender-api"))]
-        Err(ConfigError::new(format!(
-            "{} is set, but this function was built without claimonce's sender-api feature",
-            api.key_var
-        )))
+        {
+            let _ = timeout;
+            Err(ConfigError::new(format!(
+                "{} is set, but this function was built without claimonce's sender-api feature",
+                api.key_var
+            )))
+        }
     }
 
     /// GETs `path` (it starts with `/` and may carry a query), within the configured time.

@@ -228,11 +228,6 @@ impl Source {
             data: Vec<Box<RawValue>>,
             next_page_url: Option<String>,
         }
-        #[derive(Deserialize)]
-        struct Id<'a> {
-            #[serde(borrow)]
-            id: std::borrow::Cow<'a, str>,
-        }
         const NOT_A_LIST: &str = "the answer is not a list of events";
         match self {
             Self::Snapshot => {
@@ -240,9 +235,7 @@ impl Source {
                 let next = match (page.has_more, page.data.last()) {
                     (false, _) | (true, None) => None,
                     (true, Some(last)) => {
-                        let id = serde_json::from_str::<Id<'_>>(last.get())
-                            .map_err(|_| "an event without id")?
-                            .id;
+                        let (id, _) = self.head(last).ok_or("an event without id or created")?;
                         // Stripe's ids are letters, digits and `_`: nothing to escape, and
                         // anything else is not an id to page from.
                         if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -356,7 +349,7 @@ pub struct Recoverer {
 impl Recoverer {
     /// Assembles one: Stripe's API at `api` with `key`, the database `settings` (a user with
     /// the Stripe receiver's role), `window`. With thin events, each is completed through the
-    /// same API and key, every GET bounded by `fetch_timeout`.
+    /// same client and key, every GET bounded by `fetch_timeout`.
     pub fn new(
         api: Api,
         key: String,
@@ -364,19 +357,19 @@ impl Recoverer {
         window: Window,
         fetch_timeout: Duration,
         log: Log,
-    ) -> Result<Self, ConfigError> {
-        // One event may take a delivery's deadline and its completion's GET, one page a
-        // request's; then the line.
-        let margin = (settings.timeouts().delivery + fetch_timeout)
-            .max(claimonce::sender_api::REQUEST_TIMEOUT)
-            + Duration::from_secs(2);
-        let completion = if window.thin {
-            let api = SenderApi::new(api.base(), &key, fetch_timeout)
-                .map_err(|why| ConfigError::new(format!("STRIPE_API_BASE: {why}")))?;
-            Some(api)
-        } else {
-            None
-        };
+    ) -> Self {
+        let completion = window
+            .thin
+            .then(|| SenderApi::new(api.clone(), &key, fetch_timeout));
+        // One event may take a delivery's deadline (and a thin one its completion's GET), one
+        // page a request's; then the line.
+        let event = settings.timeouts().delivery
+            + if window.thin {
+                fetch_timeout
+            } else {
+                Duration::ZERO
+            };
+        let margin = event.max(claimonce::sender_api::REQUEST_TIMEOUT) + Duration::from_secs(2);
         let receiver = Receiver::new(
             Stripe::without_webhooks(),
             Database::new(settings),
@@ -384,14 +377,14 @@ impl Recoverer {
             log.clone(),
         )
         .with_sender_api(completion);
-        Ok(Self {
+        Self {
             api,
             key: ApiKey::new(&key),
             receiver,
             window,
             log,
             margin,
-        })
+        }
     }
 
     /// The margin kept before the invocation's deadline.
@@ -651,17 +644,16 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             .await?;
         let api = Api::from_env("STRIPE_API_BASE", DEFAULT_API_BASE)?;
         let window = Window::from_env()?;
-        let fetch_timeout = match config::number(fetch::TIMEOUT_VAR, 3000)? {
-            0 => {
-                return Err(ConfigError::new(format!(
-                    "{} must be greater than 0",
-                    fetch::TIMEOUT_VAR
-                )));
-            }
-            ms => Duration::from_millis(ms),
-        };
+        let fetch_timeout = fetch::timeout_from_env()?;
         let settings = Settings::from_env().await?;
-        Recoverer::new(api, key, settings, window, fetch_timeout, log.clone())
+        Ok::<_, ConfigError>(Recoverer::new(
+            api,
+            key,
+            settings,
+            window,
+            fetch_timeout,
+            log.clone(),
+        ))
     }
     .await;
     let recoverer = log.config(built)?;
