@@ -613,11 +613,8 @@ impl StripeApi {
                 "Invalid limit: must be between 1 and 100",
             );
         }
-        let success = match param("delivery_success").as_deref() {
-            None => None,
-            Some("true") => Some(true),
-            Some("false") => Some(false),
-            Some(_) => return error(400, "invalid_request_error", "Invalid boolean"),
+        let Ok(success) = delivery_success(&q) else {
+            return error(400, "invalid_request_error", "Invalid boolean");
         };
         let (gte, lte) = (number("created[gte]"), number("created[lte]"));
         let mut events: Vec<Value> = self
@@ -666,9 +663,7 @@ impl StripeApi {
             json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
         )
     }
-}
 
-impl StripeApi {
     /// `GET /v2/core/events` as Stripe's API description has it: the thin events, newest first,
     /// filtered by `delivery_success` and `created_gte`/`created_lte` (RFC 3339), `limit`
     /// events a page (at most the stand-in's page size), the next page an opaque `page` token
@@ -693,42 +688,35 @@ impl StripeApi {
             (Ok(gte), Ok(lte)) => (gte, lte),
             (Err(e), _) | (_, Err(e)) => return bad(&e),
         };
-        let success = match param("delivery_success").as_deref() {
-            None => None,
-            Some("true") => Some(true),
-            Some("false") => Some(false),
-            Some(_) => return bad("Invalid boolean: delivery_success"),
+        let Ok(success) = delivery_success(&q) else {
+            return bad("Invalid boolean");
         };
         let limit = match param("limit").map(|v| v.parse::<usize>()) {
             None => 10,
             Some(Ok(n)) if n >= 1 => n,
             Some(_) => return bad("Invalid limit"),
         };
-        let mut events: Vec<Value> = self
+        // (created, event) of each thin event the filters keep.
+        let mut events: Vec<(i64, Value)> = self
             .state
             .lock()
             .expect("state")
             .events
             .iter()
             .filter(|(e, delivered)| {
+                e["object"] == "v2.core.event" && success.is_none_or(|s| s == *delivered)
+            })
+            .filter_map(|(e, _)| {
                 let created = e["created"]
                     .as_str()
-                    .and_then(claimonce::timestamp::unix_from_rfc3339);
-                e["object"] == "v2.core.event"
-                    && success.is_none_or(|s| s == *delivered)
-                    && gte.is_none_or(|g| created.is_some_and(|c| c >= g))
-                    && lte.is_none_or(|l| created.is_some_and(|c| c <= l))
+                    .and_then(claimonce::timestamp::unix_from_rfc3339)?;
+                Some((created, e.clone()))
             })
-            .map(|(e, _)| e.clone())
+            .filter(|(c, _)| gte.is_none_or(|g| *c >= g) && lte.is_none_or(|l| *c <= l))
             .collect();
+        // Newest first; creation order breaks a tie in the same second.
         events.reverse();
-        events.sort_by_key(|e| {
-            std::cmp::Reverse(
-                e["created"]
-                    .as_str()
-                    .and_then(claimonce::timestamp::unix_from_rfc3339),
-            )
-        });
+        events.sort_by_key(|(created, _)| std::cmp::Reverse(*created));
         let start = match param("page") {
             None => 0,
             Some(token) => match token.strip_prefix("pg_").and_then(|n| n.parse().ok()) {
@@ -745,7 +733,7 @@ impl StripeApi {
             .iter()
             .skip(start)
             .take(limit.min(page_size))
-            .cloned()
+            .map(|(_, e)| e.clone())
             .collect();
         let end = start + page.len();
         // The token stands for the query and the place in it; the filters ride along here.
@@ -762,6 +750,21 @@ impl StripeApi {
             &[],
             json!({"data": page, "next_page_url": next, "previous_page_url": null}),
         )
+    }
+}
+
+/// A list's `delivery_success` filter: none, or whether the events' deliveries succeeded; `Err`
+/// for a value that is no boolean.
+fn delivery_success(q: &[(String, String)]) -> Result<Option<bool>, ()> {
+    match q
+        .iter()
+        .find(|(k, _)| k == "delivery_success")
+        .map(|(_, v)| v.as_str())
+    {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(_) => Err(()),
     }
 }
 

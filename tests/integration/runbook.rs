@@ -58,6 +58,16 @@ fn commands(page: &str) -> Vec<String> {
     found
 }
 
+/// The `<…>` placeholders of a command, each as written between the brackets (`X output`) and
+/// the name it stands for (`X`).
+fn placeholders(command: &str) -> impl Iterator<Item = (&str, &str)> {
+    command
+        .split('<')
+        .skip(1)
+        .filter_map(|p| p.split_once('>'))
+        .map(|(inner, _)| (inner, inner.trim_end_matches(" output")))
+}
+
 /// The top-level keys of one section of a template (`Parameters:`, `Outputs:`).
 fn section_keys(template: &'static str, section: &str) -> Vec<&'static str> {
     let Some((_, body)) = template.split_once(&format!("\n{section}:\n")) else {
@@ -79,13 +89,12 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
     assert!(outputs.contains(&"MigrateFunctionName"), "{outputs:?}");
     assert!(parameters.contains(&"MigrateOnDeploy"), "{parameters:?}");
     let mut invokes = 0;
-    let mut placeholders = 0;
+    let mut named = 0;
     for (name, page) in PAGES {
         for command in commands(page) {
             // `<X>` or `<X output>` where X is an output or a parameter; `<SpillQueueUrl
             // output>` stands for each provider's (`<Provider>SpillQueueUrl`).
-            for placeholder in command.split('<').skip(1).filter_map(|p| p.split_once('>')) {
-                let id = placeholder.0.trim_end_matches(" output");
+            for (_, id) in placeholders(&command) {
                 let is_name = id.chars().all(|c| c.is_ascii_alphanumeric())
                     && ["Name", "Url", "Arn", "Mapping", "Id"]
                         .iter()
@@ -93,7 +102,7 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
                 if !is_name {
                     continue;
                 }
-                placeholders += 1;
+                named += 1;
                 assert!(
                     outputs.iter().any(|o| *o == id || o.ends_with(id)) || parameters.contains(&id),
                     "{name}: `{command}` names <{id}>, which is no output or parameter of the templates"
@@ -116,7 +125,7 @@ fn every_aws_command_in_the_runbooks_names_what_the_template_has_and_runs_with_c
     }
     // The pages hold the migrate, sweep and recover invokes, and the queue and secret commands.
     assert!(invokes >= 4, "{invokes} aws lambda invoke commands found");
-    assert!(placeholders >= 8, "{placeholders} named placeholders found");
+    assert!(named >= 8, "{named} named placeholders found");
 }
 
 /// The commands no emulator here can run, each with why; the CLI must still accept their
@@ -129,44 +138,22 @@ const NEEDS_AN_ACCOUNT: [(&str, &str); 1] = [(
 /// The stack made for a command that names one: a queue, and its URL as an output.
 const STACK: &str = r#"{"Resources":{"Q":{"Type":"AWS::SQS::Queue"}},"Outputs":{"QueueUrl":{"Value":{"Ref":"Q"}}}}"#;
 
-/// The names the runbooks' placeholders stand for in the run below, made in moto or served by
-/// the functions.
-struct Stand {
-    values: std::collections::HashMap<String, String>,
-}
-
-impl Stand {
-    /// The value of `<id>` or `<id output>`; an output named per provider (`<SpillQueueUrl
-    /// output>`) is the one made for every provider.
-    fn value(&self, id: &str) -> Option<&str> {
-        self.values.get(id).map(String::as_str)
-    }
-
-    /// `command` with each placeholder this run can fill filled; `None` naming the first it
-    /// cannot.
-    fn fill(&self, command: &str) -> Result<String, String> {
-        let mut out = String::new();
-        let mut rest = command;
-        while let Some(at) = rest.find('<') {
-            out.push_str(&rest[..at]);
-            let Some(end) = rest[at..].find('>') else {
-                break;
-            };
-            let inner = &rest[at + 1..at + end];
-            let id = inner.trim_end_matches(" output");
-            match self.value(id) {
-                Some(v) => out.push_str(v),
-                // A description inside quotes (`'<the whsec_ the provider gives…>'`) is text.
-                None if !id.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                    out.push_str(&rest[at..=at + end]);
-                }
-                None => return Err(format!("<{inner}>")),
-            }
-            rest = &rest[at + end + 1..];
+/// `command` with each placeholder that names something replaced by what `values` has for it
+/// (a description inside quotes, `'<the whsec_ the provider gives…>'`, is text); `Err` naming
+/// the first one it has nothing for.
+fn fill(
+    values: &std::collections::HashMap<String, String>,
+    command: &str,
+) -> Result<String, String> {
+    let mut line = command.to_owned();
+    for (inner, id) in placeholders(command) {
+        match values.get(id) {
+            Some(value) => line = line.replacen(&format!("<{inner}>"), value, 1),
+            None if !id.chars().all(|c| c.is_ascii_alphanumeric()) => {}
+            None => return Err(format!("<{inner}>")),
         }
-        out.push_str(rest);
-        Ok(out)
     }
+    Ok(line)
 }
 
 /// Runs `line` (a shell command line starting with `aws `) with the pinned AWS CLI against
@@ -318,8 +305,6 @@ async fn every_aws_command_in_the_runbooks_runs_against_moto_and_the_functions()
     ))
     .await;
     values.insert("DbClusterId".into(), cluster);
-    // A stack is made for each command that names one (below).
-    values.insert("stack".into(), "<stack>".into());
 
     // The functions the invokes name, each under its own Runtime API emulator.
     let db = TestDb::new().await;
@@ -356,7 +341,6 @@ async fn every_aws_command_in_the_runbooks_runs_against_moto_and_the_functions()
     ] {
         values.insert(id.to_owned(), name.to_owned());
     }
-    let stand = Stand { values };
 
     let mut ran = Vec::new();
     let mut invokes = 0;
@@ -368,22 +352,21 @@ async fn every_aws_command_in_the_runbooks_runs_against_moto_and_the_functions()
             if !command.contains(" --") {
                 continue;
             }
-            let mut line = stand.fill(&command).unwrap_or_else(|missing| {
+            // `wait stack-delete-complete` waits on the stack the delete before it removed;
+            // every other command that names a stack gets one of its own.
+            if command.contains("<stack>") && !command.starts_with("aws cloudformation wait ") {
+                stacks += 1;
+                let stack = format!("rb-{tag}-stack-{stacks}");
+                aws(&format!(
+                    "cloudformation create-stack --stack-name {stack} --template-body '{STACK}' \
+                     --query StackId"
+                ))
+                .await;
+                values.insert("stack".into(), stack);
+            }
+            let line = fill(&values, &command).unwrap_or_else(|missing| {
                 panic!("{page}: `{command}`: nothing stands for {missing}")
             });
-            if line.contains("<stack>") {
-                // `wait stack-delete-complete` waits on the stack the delete before it removed;
-                // every other command gets a stack of its own.
-                if !command.starts_with("aws cloudformation wait ") {
-                    stacks += 1;
-                    aws(&format!(
-                        "cloudformation create-stack --stack-name rb-{tag}-stack-{stacks} \
-                         --template-body '{STACK}' --query StackId"
-                    ))
-                    .await;
-                }
-                line = line.replace("<stack>", &format!("rb-{tag}-stack-{stacks}"));
-            }
             let invoke = line.starts_with("aws lambda invoke ");
             let endpoint = if invoke {
                 invokes += 1;
