@@ -15,7 +15,7 @@
 //! host, and sums their CPU.
 //!
 //! ```text
-//! cargo build --release -p stripe-webhook -p claimonce-bench --bin bare-runtime
+//! cargo build --release -p stripe-webhook -p claimonce-bench
 //! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--processes 1] [--binary PATH]
 //! ```
 
@@ -54,8 +54,11 @@ fn usage(pid: u32) -> (u64, u64) {
 }
 
 const USAGE: &str =
-    "usage: lambda-loop [--deliveries 2000] [--processes 1] [--binary PATH] [--bare PATH]
+    "usage: lambda-loop [--deliveries 2000] [--processes 1] [--kinds K,...] [--binary PATH] [--bare PATH]
   --deliveries N    deliveries of each kind
+  --kinds K,...     only these kinds after the floor: rejected, new, duplicate, credit, ignored,
+                    bridged, thin (default all); with two --deliveries counts under a profiler,
+                    the difference is one kind's own cost
   --processes N     copies of each function run side by side, one emulator each
   --binary PATH     the function to measure (default target/release/stripe-webhook), e.g. a
                     build with symbols, or a script that runs it under a profiler
@@ -65,6 +68,7 @@ const USAGE: &str =
 struct Args {
     deliveries: u64,
     processes: u64,
+    kinds: Vec<Kind>,
     binary: Option<std::path::PathBuf>,
     bare: Option<std::path::PathBuf>,
 }
@@ -73,6 +77,7 @@ struct Args {
 fn args() -> Result<Args, (String, u8)> {
     use lexopt::prelude::*;
     let (mut deliveries, mut binary, mut bare, mut processes) = (2000, None, None, 1);
+    let mut kinds = Kind::MEASURED.to_vec();
     let mut parser = lexopt::Parser::from_env();
     let bad = |e: lexopt::Error| (format!("lambda-loop: {e}\n{USAGE}"), 2);
     while let Some(arg) = parser.next().map_err(bad)? {
@@ -83,6 +88,19 @@ fn args() -> Result<Args, (String, u8)> {
             Long("processes") => {
                 processes = parser.value().map_err(bad)?.parse().map_err(bad)?;
             }
+            Long("kinds") => {
+                let list = parser.value().map_err(bad)?;
+                let list = list.to_string_lossy();
+                kinds = list
+                    .split(',')
+                    .map(|key| {
+                        Kind::MEASURED
+                            .into_iter()
+                            .find(|k| k.key() == key)
+                            .ok_or_else(|| (format!("lambda-loop: no kind {key:?}\n{USAGE}"), 2))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             Long("binary") => binary = Some(parser.value().map_err(bad)?.into()),
             Long("bare") => bare = Some(parser.value().map_err(bad)?.into()),
             Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
@@ -92,6 +110,7 @@ fn args() -> Result<Args, (String, u8)> {
     Ok(Args {
         deliveries,
         processes: processes.max(1),
+        kinds,
         binary,
         bare,
     })
@@ -119,6 +138,31 @@ enum Kind {
 }
 
 impl Kind {
+    /// Every kind measured against the floor, in the order the table lists them.
+    const MEASURED: [Kind; 7] = [
+        Kind::Rejected,
+        Kind::NewCheckout,
+        Kind::Duplicate,
+        Kind::Credit,
+        Kind::Ignored,
+        Kind::Bridged,
+        Kind::Thin,
+    ];
+
+    /// The kind's name in `--kinds`.
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor",
+            Kind::Rejected => "rejected",
+            Kind::NewCheckout => "new",
+            Kind::Duplicate => "duplicate",
+            Kind::Credit => "credit",
+            Kind::Ignored => "ignored",
+            Kind::Bridged => "bridged",
+            Kind::Thin => "thin",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::Floor => "bare lambda_runtime, a fixed 400 (the floor)",
@@ -282,6 +326,7 @@ async fn main() -> std::process::ExitCode {
     let Args {
         deliveries,
         processes,
+        kinds,
         binary,
         bare,
     } = match args() {
@@ -293,7 +338,7 @@ async fn main() -> std::process::ExitCode {
     let bare = bare.unwrap_or_else(|| root.join("target/release/bare-runtime"));
     if !binary.exists() || !bare.exists() {
         eprintln!(
-            "lambda-loop: build them first: cargo build --release -p stripe-webhook -p claimonce-bench --bin bare-runtime"
+            "lambda-loop: build them first: cargo build --release -p stripe-webhook -p claimonce-bench"
         );
         return std::process::ExitCode::FAILURE;
     }
@@ -361,17 +406,8 @@ async fn main() -> std::process::ExitCode {
         "| delivery | function CPU µs | voluntary wakeups | CPU beyond a rejected one (µs) | × the floor |"
     );
     println!("|---|---|---|---|---|");
-    let (mut floor_us, mut rejected_us) = (0.0, 0.0);
-    for kind in [
-        Kind::Floor,
-        Kind::Rejected,
-        Kind::NewCheckout,
-        Kind::Duplicate,
-        Kind::Credit,
-        Kind::Ignored,
-        Kind::Bridged,
-        Kind::Thin,
-    ] {
+    let (mut floor_us, mut rejected_us) = (0.0, None);
+    for kind in std::iter::once(Kind::Floor).chain(kinds) {
         let fleet = if kind == Kind::Floor { &floor } else { &stripe };
         // Built before the clock starts: only the function's side is measured anyway, but
         // the emulator shares the machine.
@@ -385,12 +421,12 @@ async fn main() -> std::process::ExitCode {
         let wakeups = (after.1 - before.1) as f64 / n;
         match kind {
             Kind::Floor => floor_us = cpu_us,
-            Kind::Rejected => rejected_us = cpu_us,
+            Kind::Rejected => rejected_us = Some(cpu_us),
             _ => {}
         }
-        let beyond = match kind {
-            Kind::Floor | Kind::Rejected => "—".to_owned(),
-            _ => format!("{:.1}", cpu_us - rejected_us),
+        let beyond = match (kind, rejected_us) {
+            (Kind::Floor | Kind::Rejected, _) | (_, None) => "—".to_owned(),
+            (_, Some(rejected)) => format!("{:.1}", cpu_us - rejected),
         };
         println!(
             "| {} | {cpu_us:.1} | {wakeups:.2} | {beyond} | {:.2} |",

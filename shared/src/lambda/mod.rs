@@ -17,12 +17,11 @@ use lambda_http::{Body, Response};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde_json::value::RawValue;
 
 mod event;
 
 pub use self::event::MAX_HEADERS;
-use self::event::{Format, Incoming, not_an_api_gateway_event, read};
+use self::event::{Format, Incoming, Invocation, not_an_api_gateway_event, read};
 use crate::config::ConfigError;
 use crate::db::Database;
 use crate::log::Log;
@@ -107,8 +106,16 @@ impl<P: Provider> Receiver<P> {
     /// response payload; an SQS event (the provider's spill queue, or its event queue of
     /// EventBridge events) is applied and answered with the messages to receive again.
     pub async fn handle_invocation(&self, event: &str) -> Answer {
-        let started = Instant::now();
-        match read(event) {
+        self.answer(Instant::now(), read(event)).await
+    }
+
+    /// The answer to an invocation as read.
+    async fn answer(
+        &self,
+        started: Instant,
+        read: Result<Incoming, (Format, Rejection)>,
+    ) -> Answer {
+        match read {
             Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
             read => Answer::Http(self.respond(started, read).await),
         }
@@ -163,7 +170,8 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
     let served = std::sync::atomic::AtomicU64::new(0);
     let (receiver, counter) = (&receiver, &served);
     let ended = lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<Box<RawValue>>| async move {
+        move |event: LambdaEvent<Invocation>| async move {
+            let started = Instant::now();
             crate::log::begin(&event.context);
             if counter.load(std::sync::atomic::Ordering::Relaxed) == 0 {
                 // The first invocation's time left is the function's timeout, which Lambda
@@ -175,7 +183,7 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
                     event.context.deadline.saturating_sub(now_ms),
                 ));
             }
-            let payload = receiver.handle_invocation(event.payload.get()).await;
+            let payload = receiver.answer(started, event.payload.0).await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)
         },
