@@ -89,8 +89,9 @@ struct Event<'a> {
     body: Option<Cow<'a, str>>,
     is_base64_encoded: Option<bool>,
     /// An SQS event's records: the provider's spill queue or event queue, drained
-    /// ([`crate::spill`]). An API Gateway event has none.
-    records: Option<Box<RawValue>>,
+    /// ([`crate::spill`]), as text borrowed from the event, read once the event is. An API
+    /// Gateway event has none.
+    records: Option<&'a RawValue>,
     /// A field read here held the wrong type, came twice, or could not be carried by HTTP.
     malformed: bool,
 }
@@ -283,10 +284,7 @@ impl<'de> Shape<'de> for Event<'de> {
                 "multiValueHeaders" => put(&mut e.multi_value_headers, apart(&mut map)?, m),
                 "body" => put(&mut e.body, map.next_value()?, m),
                 "isBase64Encoded" => put(&mut e.is_base64_encoded, map.next_value()?, m),
-                "Records" => {
-                    let records = map.next_value::<Box<RawValue>>()?;
-                    put(&mut e.records, Got::Is(records), m);
-                }
+                "Records" => put(&mut e.records, Got::Is(map.next_value()?), m),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
