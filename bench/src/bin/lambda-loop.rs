@@ -32,25 +32,69 @@ fn usage(pid: u32) -> (u64, u64) {
         return total;
     };
     for task in tasks.flatten() {
-        let path = task.path();
-        let ns = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0);
-        let switches = std::fs::read_to_string(path.join("status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .unwrap_or(0);
+        let (ns, switches) = task_usage(&task.path());
         total.0 += ns;
         total.1 += switches;
     }
     total
+}
+
+/// (run time in ns, voluntary context switches) of the thread whose `/proc` directory is
+/// `task`.
+fn task_usage(task: &std::path::Path) -> (u64, u64) {
+    let ns = std::fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let switches = std::fs::read_to_string(task.join("status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    (ns, switches)
+}
+
+/// CPU µs and wakeups of one database round trip made by tokio-postgres alone, the way a
+/// function makes its one (one connection driven on a current-thread runtime, the statement
+/// unnamed): `SELECT 1`, `n` times, on a thread of its own that reads its own counters. What
+/// one statement costs a function's client whatever the statement is: the floor of the
+/// database part.
+fn bare_round_trip(url: String, n: u64) -> Option<(f64, f64)> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .ok()?;
+            tokio::spawn(connection);
+            let trip = || client.query_typed("SELECT 1", &[]);
+            for _ in 0..200 {
+                trip().await.ok()?;
+            }
+            let this = std::path::Path::new("/proc/thread-self");
+            let before = task_usage(this);
+            for _ in 0..n {
+                trip().await.ok()?;
+            }
+            let after = task_usage(this);
+            let n = n.max(1) as f64;
+            Some((
+                (after.0 - before.0) as f64 / 1000.0 / n,
+                (after.1 - before.1) as f64 / n,
+            ))
+        })
+    })
+    .join()
+    .ok()
+    .flatten()
 }
 
 const USAGE: &str =
@@ -436,6 +480,18 @@ async fn main() -> std::process::ExitCode {
     }
     floor.stop().await;
     stripe.stop().await;
+    // The database part's floor, with the functions stopped: the machine as quiet as for them.
+    let url_for_trips = url.clone();
+    match tokio::task::spawn_blocking(move || bare_round_trip(url_for_trips, deliveries)).await {
+        Ok(Some((cpu_us, wakeups))) => println!(
+            "| one round trip of tokio-postgres alone (`SELECT 1`; the database part's floor) | {cpu_us:.1} | {wakeups:.2} | — | {:.2} |",
+            cpu_us / floor_us.max(f64::MIN_POSITIVE)
+        ),
+        _ => {
+            eprintln!("lambda-loop: the bare round trips failed");
+            failures += 1;
+        }
+    }
     let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
     let _ = std::fs::remove_dir_all(&dir);
     if failures > 0 {
