@@ -279,37 +279,26 @@ impl Log {
     }
 }
 
-/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`. Written digit by
-/// digit: every line has one, and `format!`'s padded fields cost six times as much.
+/// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`.
 pub fn rfc3339_millis(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
-    let (year, month, day, rem) = crate::timestamp::civil(secs);
     let millis = i64::from(since.subsec_millis());
-    if year > 9999 {
-        return format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60,
-        );
-    }
     let mut text = String::with_capacity(24);
-    let mut put = |n: i64, width: u32, after: char| {
-        for place in (0..width).rev() {
-            let digit = n / 10_i64.pow(place) % 10;
-            text.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
-        }
-        text.push(after);
-    };
-    put(year, 4, '-');
-    put(month, 2, '-');
-    put(day, 2, 'T');
-    put(rem / 3600, 2, ':');
-    put(rem % 3600 / 60, 2, ':');
-    put(rem % 60, 2, '.');
-    put(millis, 3, 'Z');
-    text
+    if crate::timestamp::push_date_time(&mut text, secs) {
+        text.push('.');
+        crate::timestamp::push_digits(&mut text, millis, 3);
+        text.push('Z');
+        return text;
+    }
+    // Past year 9999, which four digits cannot hold: the year is written in full.
+    let (year, month, day, rem) = crate::timestamp::civil(secs);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+    )
 }
 
 #[cfg(test)]
