@@ -79,12 +79,18 @@ fn bare_round_trip(url: String, n: u64) -> Option<(f64, f64)> {
             for _ in 0..200 {
                 trip().await.ok()?;
             }
-            let this = std::path::Path::new("/proc/thread-self");
-            let before = task_usage(this);
+            // The kernel adds a running thread's time to its count when it stops running, so
+            // the thread sleeps before each reading: read while running, the count lags by up
+            // to a scheduler tick, which made 300 trips read as 5 µs each.
+            let settled = || {
+                std::thread::sleep(Duration::from_millis(2));
+                task_usage(std::path::Path::new("/proc/thread-self"))
+            };
+            let before = settled();
             for _ in 0..n {
                 trip().await.ok()?;
             }
-            let after = task_usage(this);
+            let after = settled();
             let n = n.max(1) as f64;
             Some((
                 (after.0 - before.0) as f64 / 1000.0 / n,
