@@ -1074,3 +1074,195 @@ async fn the_receivers_logins_are_read_from_their_database_secrets() {
         .get(0);
     assert_eq!(settings, 1, "the login got its statement timeout");
 }
+
+/// The quick start's first login: the migrate function logs in to the writer as the master
+/// user (a secret read from Secrets Manager, TLS verified against the CA it is given: here the
+/// test CA, in a deployment the RDS bundle), makes its own user and the logins, each granted the
+/// IAM role, and hands its user the database; then it applies the migrations as that user, not
+/// a superuser and not the master, and sets the logins' defaults. On its own server: the master
+/// here is a plain CREATEROLE CREATEDB login as on RDS, and roles are cluster-wide.
+#[tokio::test]
+async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_the_master() {
+    use claimonce::db::Trust;
+    use claimonce_migrate::bootstrap::Bootstrap;
+    use claimonce_migrate::{HandlerUser, RoleName};
+
+    const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!cluster-1";
+    let tls = tokio::task::spawn_blocking(claimonce_tests::tls::TlsServer::start)
+        .await
+        .expect("a server of its own");
+    let superuser = |db: &str| {
+        Settings::from_url(
+            &format!(
+                "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+                tls.server.port
+            ),
+            None,
+            test_timeouts(),
+        )
+        .expect("settings")
+    };
+    let admin = superuser("postgres").connect().await.expect("connect");
+    admin
+        .batch_execute(
+            "CREATE ROLE rds_iam NOLOGIN; \
+             CREATE ROLE claimonce_admin LOGIN CREATEROLE CREATEDB PASSWORD 'master-pw'",
+        )
+        .await
+        .expect("an RDS-like master");
+    admin
+        .batch_execute("CREATE DATABASE claimonce OWNER claimonce_admin TEMPLATE template0")
+        .await
+        .expect("its database");
+    tls.require_password(&admin, "claimonce_admin").await;
+    let secret = Recorder::secrets_manager(
+        ARN,
+        &json!({"username": "claimonce_admin", "password": "master-pw"}).to_string(),
+    )
+    .await;
+    let master = |trust| {
+        let aws = secret.aws_config();
+        async move {
+            Settings::with_secret(
+                "localhost",
+                tls.server.port,
+                "claimonce",
+                aws.await,
+                ARN,
+                trust,
+                test_timeouts(),
+            )
+            .await
+            .expect("master settings")
+        }
+    };
+    let mut options = loopback();
+    options.handler_users =
+        vec![HandlerUser::parse("stripe_webhook:claimonce_stripe").expect("user")];
+    options.job_users =
+        vec![HandlerUser::parse("retention_sweep:claimonce_sweeper").expect("user")];
+    options.create_logins = Some(RoleName::parse("rds_iam").expect("role"));
+    // Behind the bootstrap the function reaches the database as its own user, with no
+    // password (IAM in a deployment; the test server trusts it on plain TCP).
+    let as_migrate = Settings::from_url(
+        &format!(
+            "postgres://claimonce_migrate@127.0.0.1:{}/claimonce?sslmode=disable",
+            tls.server.port
+        ),
+        None,
+        test_timeouts(),
+    )
+    .expect("settings");
+    let migrate = Migrator::new(
+        Ok(as_migrate.clone()),
+        claimonce_migrations::ALL,
+        Log::capture().0,
+    )
+    .with_options(Ok(options.clone()))
+    .with_bootstrap(Ok(Some(Bootstrap::new(
+        master(Trust::PemFile(&tls.ca)).await,
+        RoleName::parse("claimonce_migrate").expect("role"),
+    ))));
+    let cfn = Recorder::ok().await;
+    let body = answer(&migrate, "Create", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+
+    let state = || async {
+        admin
+            .query_one(
+                "SELECT (SELECT rolsuper OR NOT rolcreaterole FROM pg_roles WHERE rolname = 'claimonce_migrate'), \
+                 (SELECT pg_get_userbyid(datdba)::text FROM pg_database WHERE datname = 'claimonce'), \
+                 (SELECT array_agg(u.rolname::text || '>' || g.rolname::text || CASE WHEN m.admin_option THEN '*' ELSE '' END \
+                   ORDER BY u.rolname, g.rolname) FROM pg_auth_members m JOIN pg_roles u ON u.oid = m.member \
+                   JOIN pg_roles g ON g.oid = m.roleid \
+                   WHERE u.rolname IN ('claimonce_migrate', 'stripe_webhook', 'retention_sweep', 'claimonce_admin')), \
+                 (SELECT array_agg(c ORDER BY c) FROM pg_db_role_setting s, unnest(s.setconfig) c \
+                   WHERE s.setrole = 'stripe_webhook'::regrole), \
+                 (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                   WHERE n.nspname = 'public' AND pg_get_userbyid(c.relowner) <> 'claimonce_migrate')",
+                &[],
+            )
+            .await
+            .map(|row| {
+                (
+                    row.get::<_, bool>(0),
+                    row.get::<_, String>(1),
+                    row.get::<_, Vec<String>>(2),
+                    row.get::<_, Vec<String>>(3),
+                    row.get::<_, i64>(4),
+                )
+            })
+            .expect("the roles")
+    };
+    let first = state().await;
+    assert_eq!(
+        first,
+        (
+            false,
+            "claimonce_migrate".to_owned(),
+            vec![
+                "claimonce_admin>claimonce_migrate".to_owned(),
+                "claimonce_migrate>rds_iam".into(),
+                "claimonce_migrate>retention_sweep*".into(),
+                "claimonce_migrate>stripe_webhook*".into(),
+                "retention_sweep>claimonce_sweeper".into(),
+                "retention_sweep>rds_iam".into(),
+                "stripe_webhook>claimonce_stripe".into(),
+                "stripe_webhook>rds_iam".into(),
+            ],
+            vec![
+                "idle_in_transaction_session_timeout=3000ms".to_owned(),
+                "lock_timeout=2000ms".into(),
+                "statement_timeout=3000ms".into(),
+            ],
+            0,
+        ),
+        "the migrate user (no superuser, CREATEROLE) owns the database and all it made; the \
+         logins hold the IAM role, their roles, and the receiver its timeouts"
+    );
+    // The migrations ran as the database's owner: their REVOKEs took effect.
+    let db = superuser("claimonce").connect().await.expect("connect");
+    let row = db
+        .query_one(
+            "SELECT has_schema_privilege('stripe_webhook', 'public', 'CREATE'), \
+             has_database_privilege('stripe_webhook', 'claimonce', 'TEMPORARY')",
+            &[],
+        )
+        .await
+        .expect("privileges");
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, bool>(1)),
+        (false, false)
+    );
+
+    let body = answer(&migrate, "Update", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(state().await, first, "a second deploy changes nothing");
+
+    // A CA the server's certificate does not chain to: the master never logs in.
+    let untrusted = Migrator::new(
+        Ok(as_migrate.clone()),
+        claimonce_migrations::ALL,
+        Log::capture().0,
+    )
+    .with_options(Ok(options.clone()))
+    .with_bootstrap(Ok(Some(Bootstrap::new(
+        master(Trust::PemFile(&tls.other_ca)).await,
+        RoleName::parse("claimonce_migrate").expect("role"),
+    ))));
+    let body = answer(&untrusted, "Update", &cfn).await;
+    assert_failed(&body, &["DB_BOOTSTRAP_HOST", "master user's login failed"]);
+
+    // A function login that is the master user is refused before anything is made.
+    let mut clash = options.clone();
+    clash.handler_users =
+        vec![HandlerUser::parse("claimonce_admin:claimonce_stripe").expect("user")];
+    let refused = Migrator::new(Ok(as_migrate), claimonce_migrations::ALL, Log::capture().0)
+        .with_options(Ok(clash))
+        .with_bootstrap(Ok(Some(Bootstrap::new(
+            master(Trust::PemFile(&tls.ca)).await,
+            RoleName::parse("claimonce_migrate").expect("role"),
+        ))));
+    let body = answer(&refused, "Update", &cfn).await;
+    assert_failed(&body, &["claimonce_admin is the master user"]);
+}

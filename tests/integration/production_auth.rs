@@ -9,7 +9,7 @@ use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use claimonce::Receiver;
 use claimonce::auth::{IamTokens, auth_token, fetch_secret};
-use claimonce::db::{ConnectError, Connection, Settings};
+use claimonce::db::{ConnectError, Connection, Settings, Trust};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::apigw::{payload_outcome, post_stripe};
@@ -489,7 +489,7 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
         "postgres",
         aws.clone(),
         ARN,
-        Some(&tls.ca),
+        Trust::PemFile(&tls.ca),
         test_timeouts(),
     )
     .await
@@ -507,7 +507,7 @@ async fn a_rotated_password_is_read_again_from_the_secret_when_a_reconnect_is_re
         "postgres",
         aws,
         ARN,
-        Some(&tls.ca),
+        Trust::PemFile(&tls.ca),
         test_timeouts(),
     )
     .await

@@ -29,19 +29,22 @@
 //! Failure reasons are data-free: the migration, the SQLSTATE and the object names, never the
 //! server's message (which can quote values) and never a credential.
 
+pub mod bootstrap;
 pub mod cfn;
 
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use claimonce::config::{self, ConfigError};
-use claimonce::db::Settings;
+use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::migrate::{self, Bounds, MigrateError, Migration};
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::{Map, Value, json};
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
+
+use crate::bootstrap::Bootstrap;
 
 /// The physical id of the migrations resource: one per database, stable across updates.
 pub const PHYSICAL_RESOURCE_ID: &str = "claimonce-database-migrations";
@@ -258,6 +261,20 @@ impl Options {
                 bare.user
             )));
         }
+        // A receiver or job that logged in as the migrate user would hold every privilege the
+        // migrations need, and its login defaults would bound the migrations too.
+        let own = config::optional("DB_USER");
+        if let Some(clash) = handler_users
+            .iter()
+            .chain(&job_users)
+            .find(|u| Some(&u.user.0) == own.as_ref())
+        {
+            return Err(ConfigError::new(format!(
+                "{} is DB_USER, the migrate function's own login: every function logs in as a \
+                 user of its own",
+                clash.user
+            )));
+        }
         let create_logins = config::optional("DB_CREATE_LOGINS")
             .map(|role| {
                 RoleName::parse(&role).map_err(|e| {
@@ -317,6 +334,8 @@ pub struct Outcome {
 pub struct Migrator {
     settings: Result<Settings, ConfigError>,
     options: Result<Options, ConfigError>,
+    /// The master's first login, when the deployment has one (the quick start).
+    bootstrap: Result<Option<Bootstrap>, ConfigError>,
     migrations: &'static [Migration],
     log: Log,
     /// The published version this code runs as (`AWS_LAMBDA_FUNCTION_VERSION`), if any.
@@ -353,6 +372,7 @@ impl Migrator {
         Self {
             settings,
             options: Ok(Options::default()),
+            bootstrap: Ok(None),
             migrations,
             log,
             version: None,
@@ -363,6 +383,14 @@ impl Migrator {
     /// request is then answered with).
     pub fn with_options(mut self, options: Result<Options, ConfigError>) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Logs in as the master user first on every run, to make the migrate user and the logins
+    /// ([`Bootstrap`]), or records why that cannot be set up (every request is then answered
+    /// with it).
+    pub fn with_bootstrap(mut self, bootstrap: Result<Option<Bootstrap>, ConfigError>) -> Self {
+        self.bootstrap = bootstrap;
         self
     }
 
@@ -450,12 +478,18 @@ impl Migrator {
     pub async fn apply_until(&self, deadline: Option<Instant>) -> Result<Outcome, String> {
         let settings = self.settings.as_ref().map_err(ToString::to_string)?;
         let options = self.options.as_ref().map_err(ToString::to_string)?;
+        let bootstrap = self.bootstrap.as_ref().map_err(ToString::to_string)?;
         let work = async {
+            if let Some(bootstrap) = bootstrap {
+                bootstrap.run(options).await?;
+            }
             let mut client = settings.connect().await.map_err(|e| e.to_string())?;
             let applied = migrate::apply_within(&mut client, self.migrations, options.bounds)
                 .await
                 .map_err(|e| self.describe(&e, options.bounds))?;
-            configure_handlers(&client, options).await?;
+            // After a bootstrap the logins exist, granted the IAM role by the one user who may
+            // grant it (the master).
+            configure_handlers(&client, options, bootstrap.is_none()).await?;
             Ok::<_, String>(applied)
         };
         let applied = match deadline {
@@ -618,8 +652,12 @@ const HANDLER_LOCK_TIMEOUT_MS: u128 = 2000;
 /// of every handler user, so each new session of theirs starts with them, and moves a user
 /// given with its provider's role onto that role. Idempotent: the same value set again, or a
 /// role granted again, changes nothing. A role that does not exist fails the run with its name.
-async fn configure_handlers(client: &Client, options: &Options) -> Result<(), String> {
-    if let Some(granted) = &options.create_logins {
+async fn configure_handlers(
+    client: &Client,
+    options: &Options,
+    create: bool,
+) -> Result<(), String> {
+    if let Some(granted) = options.create_logins.as_ref().filter(|_| create) {
         create_logins(client, options, granted).await?;
     }
     let ms = options.handler_timeout.as_millis();
@@ -809,8 +847,10 @@ pub async fn run_from_env_with(
         }
         .await,
     );
+    let bootstrap = log.config(async { Bootstrap::from_env(Timeouts::from_env()?).await }.await);
     let migrator = Migrator::new(settings, migrations, log)
         .with_options(options)
+        .with_bootstrap(bootstrap)
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -15,6 +15,7 @@ use tokio_postgres::{Client, NoTls};
 
 pub use self::error::{ConnectError, DeliveryError};
 pub use self::settings::{Settings, Timeouts};
+pub use self::tls::Trust;
 use crate::pg_error::connection_lost;
 
 impl Settings {

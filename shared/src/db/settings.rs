@@ -11,7 +11,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::error::ConnectError;
-use super::tls::{normalize_sslmode, tls_connector};
+use super::tls::{Trust, normalize_sslmode, tls_connector};
 use crate::auth::{AuthError, IamTokens, fetch_secret};
 use crate::config::{self, ConfigError};
 
@@ -141,7 +141,8 @@ impl Settings {
         let aws = crate::auth::aws_config().load().await;
         let port = u16::try_from(config::number("DB_PORT", 5432)?)
             .map_err(|_| ConfigError::new("DB_PORT must be a port number".into()))?;
-        let mut settings = Self::verified(config::required("DB_HOST")?, port, timeouts, root)?;
+        let mut settings =
+            Self::verified(config::required("DB_HOST")?, port, timeouts, root.into())?;
         settings.config.dbname(config::required("DB_NAME")?);
         if iam {
             let user = config::required("DB_USER")?;
@@ -169,7 +170,7 @@ impl Settings {
         host: String,
         port: u16,
         timeouts: Timeouts,
-        root_cert: Option<&Path>,
+        trust: Trust<'_>,
     ) -> Result<Self, ConfigError> {
         let mut config = Config::new();
         config
@@ -179,7 +180,7 @@ impl Settings {
             .connect_timeout(timeouts.connect);
         Ok(Self {
             config,
-            tls: Some(tls_connector(root_cert)?),
+            tls: Some(tls_connector(trust)?),
             timeouts,
             iam: None,
             secret: None,
@@ -194,10 +195,10 @@ impl Settings {
         dbname: &str,
         aws: aws_config::SdkConfig,
         arn: &str,
-        root_cert: Option<&Path>,
+        trust: Trust<'_>,
         timeouts: Timeouts,
     ) -> Result<Self, ConfigError> {
-        let mut settings = Self::verified(host.to_owned(), port, timeouts, root_cert)?;
+        let mut settings = Self::verified(host.to_owned(), port, timeouts, trust)?;
         settings.config.dbname(dbname);
         settings
             .use_secret(aws, arn.to_owned())
@@ -252,7 +253,7 @@ impl Settings {
         root_cert: Option<&Path>,
         timeouts: Timeouts,
     ) -> Result<Self, ConfigError> {
-        let mut settings = Self::verified(host.to_owned(), port, timeouts, root_cert)?;
+        let mut settings = Self::verified(host.to_owned(), port, timeouts, root_cert.into())?;
         settings.config.dbname(dbname).user(tokens.user());
         settings.iam = Some(tokens);
         Ok(settings)
@@ -279,7 +280,7 @@ impl Settings {
             SslMode::Disable => None,
             _ => {
                 config.ssl_mode(SslMode::Require);
-                Some(tls_connector(root_cert)?)
+                Some(tls_connector(root_cert.into())?)
             }
         };
         Ok(Self {

@@ -45,24 +45,41 @@ pub(super) fn normalize_sslmode(url: &str) -> Result<(String, SslMode), ConfigEr
     Ok((out, mode))
 }
 
-/// A rustls connector that verifies the server's certificate chain and host name against
-/// `root_cert` (a PEM bundle) when given, otherwise against the public web roots.
-pub(super) fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnect, ConfigError> {
-    let mut roots = rustls::RootCertStore::empty();
-    match root_cert {
-        Some(path) => {
-            let bad = || {
-                ConfigError::new("PGSSLROOTCERT is not a readable PEM certificate bundle".into())
-            };
-            for cert in CertificateDer::pem_file_iter(path).map_err(|_| bad())? {
-                roots.add(cert.map_err(|_| bad())?).map_err(|_| bad())?;
-            }
-            if roots.is_empty() {
-                return Err(bad());
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+/// The certificates a verified connection trusts.
+#[derive(Debug, Clone, Copy)]
+pub enum Trust<'a> {
+    /// The public web roots, which RDS Proxy's certificates (from ACM) chain to.
+    WebRoots,
+    /// A PEM bundle read from this path (`PGSSLROOTCERT`).
+    PemFile(&'a Path),
+    /// A PEM bundle carried in the binary, such as the Amazon RDS certificate bundle that a
+    /// cluster's own endpoints chain to.
+    Pem(&'a [u8]),
+}
+
+impl<'a> From<Option<&'a Path>> for Trust<'a> {
+    fn from(path: Option<&'a Path>) -> Self {
+        path.map_or(Trust::WebRoots, Trust::PemFile)
     }
+}
+
+/// A rustls connector that verifies the server's certificate chain and host name against
+/// the roots `trust` names.
+pub(super) fn tls_connector(trust: Trust<'_>) -> Result<MakeRustlsConnect, ConfigError> {
+    let roots = match trust {
+        Trust::WebRoots => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            roots
+        }
+        Trust::PemFile(path) => {
+            pem_roots(CertificateDer::pem_file_iter(path).ok(), "PGSSLROOTCERT")?
+        }
+        Trust::Pem(pem) => pem_roots(
+            Some(CertificateDer::pem_slice_iter(pem)),
+            "the certificate bundle carried in this binary",
+        )?,
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -70,6 +87,23 @@ pub(super) fn tls_connector(root_cert: Option<&Path>) -> Result<MakeRustlsConnec
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(config))
+}
+
+/// The roots of a PEM bundle: at least one, each a certificate rustls takes; `what` names the
+/// bundle in the error.
+fn pem_roots<'c, E>(
+    certs: Option<impl Iterator<Item = Result<CertificateDer<'c>, E>>>,
+    what: &str,
+) -> Result<rustls::RootCertStore, ConfigError> {
+    let bad = || ConfigError::new(format!("{what} is not a readable PEM certificate bundle"));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs.ok_or_else(bad)? {
+        roots.add(cert.map_err(|_| bad())?).map_err(|_| bad())?;
+    }
+    if roots.is_empty() {
+        return Err(bad());
+    }
+    Ok(roots)
 }
 
 #[cfg(test)]
