@@ -304,6 +304,14 @@ async fn every_aws_command_in_the_runbooks_runs_against_moto_and_the_functions()
          --deletion-protection --query DBCluster.DBClusterIdentifier"
     ))
     .await;
+    // The final snapshot a rolled-back first deploy may leave, which DEPLOY deletes by name.
+    let snapshot = aws(&format!(
+        "rds create-db-cluster-snapshot --db-cluster-identifier {cluster} \
+         --db-cluster-snapshot-identifier rb-{tag}-final \
+         --query DBClusterSnapshot.DBClusterSnapshotIdentifier"
+    ))
+    .await;
+    values.insert("snapshot".into(), snapshot);
     values.insert("DbClusterId".into(), cluster);
 
     // The functions the invokes name, each under its own Runtime API emulator.
