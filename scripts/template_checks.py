@@ -148,6 +148,25 @@ def proxy_role_trusts_as_documented(template):
     return bad
 
 
+def dead_letter_queues_take_what_their_sources_hold(template):
+    """A queue's messages can move to its dead-letter queue only if the dead-letter queue takes
+    their size; both state it, so neither rests on SQS's default."""
+    resources = template.get("Resources", {})
+    bad = []
+    for name, body in resources.items():
+        props = body.get("Properties", {})
+        if body.get("Type") != "AWS::SQS::Queue" or "RedrivePolicy" not in props:
+            continue
+        target = props["RedrivePolicy"].get("deadLetterTargetArn", {}).get("Fn::GetAtt", [None])[0]
+        source_size = props.get("MaximumMessageSize")
+        target_size = resources.get(target, {}).get("Properties", {}).get("MaximumMessageSize")
+        if source_size is None or target_size is None:
+            bad.append(f"{name} -> {target}: a MaximumMessageSize left to SQS's default")
+        elif int(target_size) < int(source_size):
+            bad.append(f"{name} -> {target}: the dead-letter queue takes {target_size} bytes, its source {source_size}")
+    return bad
+
+
 def name_length(value, stack_length):
     """The longest a name may be, with the stack's name stack_length long; None when it is not
     built from the stack's name."""
@@ -237,6 +256,7 @@ def check(quickstart, main, load, texts, stated):
         "a proxied cluster offers no pause": a_proxied_cluster_offers_no_pause(quickstart),
         "the proxy's role trusts as documented": proxy_role_trusts_as_documented(quickstart),
         "names fit their limits, nested": names_fit(quickstart, load, stated),
+        "dead-letter queues take what their sources hold": dead_letter_queues_take_what_their_sources_hold(main),
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(texts),
     }
 
@@ -253,6 +273,7 @@ def fixtures(folder):
         "a proxied cluster offers no pause": a_proxied_cluster_offers_no_pause(load("database.yaml")),
         "the proxy's role trusts as documented": proxy_role_trusts_as_documented(load("database.yaml")),
         "names fit their limits, nested": names_fit(load("names-parent.yaml"), load, None),
+        "dead-letter queues take what their sources hold": dead_letter_queues_take_what_their_sources_hold(load("queues.yaml")),
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(
             {p: open(p).read() for p in sorted(glob.glob(os.path.join(folder, "*.md")))}),
     }
