@@ -1075,28 +1075,35 @@ async fn the_receivers_logins_are_read_from_their_database_secrets() {
     assert_eq!(settings, 1, "the login got its statement timeout");
 }
 
-/// The quick start's first login: the migrate function logs in to the writer as the master
-/// user (a secret read from Secrets Manager, TLS verified against the CA it is given: here the
-/// test CA, in a deployment the RDS bundle), makes its own user and the logins, each granted the
-/// IAM role, and hands its user the database; then it applies the migrations as that user, not
-/// a superuser and not the master, and sets the logins' defaults. On its own server: the master
-/// here is a plain CREATEROLE CREATEDB login as on RDS, and roles are cluster-wide.
-#[tokio::test]
-async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_the_master() {
-    use claimonce::db::Trust;
-    use claimonce_migrate::bootstrap::Bootstrap;
-    use claimonce_migrate::{HandlerUser, RoleName};
-
-    const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!cluster-1";
-    let tls = tokio::task::spawn_blocking(claimonce_tests::tls::TlsServer::start)
-        .await
-        .expect("a server of its own");
-    let superuser = |db: &str| {
+/// A PostgreSQL server of a test's own (roles are cluster-wide), as the master user of RDS sees
+/// it: the master is a `CREATEROLE CREATEDB` login (password `master-pw`), no superuser, that
+/// owns database `claimonce` and is a member of `rds_superuser`, which may grant `rds_iam` (on
+/// RDS the master grants it to IAM users: "GRANT rds_iam TO db_userx", the IAM database
+/// authentication page). Returns the server and a superuser client for
+/// set-up and assertions on `db`.
+async fn rds_like(
+    options: claimonce_local::postgres::Options,
+) -> (
+    claimonce_local::postgres::Postgres,
+    impl Fn(&str) -> Settings,
+) {
+    let dir = std::env::temp_dir().join(format!(
+        "claimonce-rds-like-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let server = tokio::task::spawn_blocking(move || {
+        claimonce_local::postgres::Postgres::start(&dir, &options)
+    })
+    .await
+    .expect("start")
+    .expect("a server of its own");
+    let port = server.port;
+    let superuser = move |db: &str| {
         Settings::from_url(
-            &format!(
-                "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
-                tls.server.port
-            ),
+            &format!("postgres://postgres@127.0.0.1:{port}/{db}?sslmode=disable"),
             None,
             test_timeouts(),
         )
@@ -1105,8 +1112,10 @@ async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_
     let admin = superuser("postgres").connect().await.expect("connect");
     admin
         .batch_execute(
-            "CREATE ROLE rds_iam NOLOGIN; \
-             CREATE ROLE claimonce_admin LOGIN CREATEROLE CREATEDB PASSWORD 'master-pw'",
+            "CREATE ROLE rds_iam NOLOGIN; CREATE ROLE rds_superuser NOLOGIN; \
+             GRANT rds_iam TO rds_superuser WITH ADMIN OPTION; \
+             CREATE ROLE claimonce_admin LOGIN CREATEROLE CREATEDB PASSWORD 'master-pw' \
+             IN ROLE rds_superuser",
         )
         .await
         .expect("an RDS-like master");
@@ -1114,59 +1123,65 @@ async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_
         .batch_execute("CREATE DATABASE claimonce OWNER claimonce_admin TEMPLATE template0")
         .await
         .expect("its database");
-    tls.require_password(&admin, "claimonce_admin").await;
-    let secret = Recorder::secrets_manager(
-        ARN,
-        &json!({"username": "claimonce_admin", "password": "master-pw"}).to_string(),
-    )
-    .await;
-    let master = |trust| {
-        let aws = secret.aws_config();
-        async move {
-            Settings::with_secret(
-                "localhost",
-                tls.server.port,
-                "claimonce",
-                aws.await,
-                ARN,
-                trust,
-                test_timeouts(),
-            )
-            .await
-            .expect("master settings")
-        }
-    };
+    (server, superuser)
+}
+
+/// The logins of the first-login tests: a receiver's and a job's, created with `rds_iam`.
+fn first_login_options() -> claimonce_migrate::Options {
+    use claimonce_migrate::{HandlerUser, RoleName};
     let mut options = loopback();
     options.handler_users =
         vec![HandlerUser::parse("stripe_webhook:claimonce_stripe").expect("user")];
     options.job_users =
         vec![HandlerUser::parse("retention_sweep:claimonce_sweeper").expect("user")];
     options.create_logins = Some(RoleName::parse("rds_iam").expect("role"));
-    // Behind the bootstrap the function reaches the database as its own user, with no
-    // password (IAM in a deployment; the test server trusts it on plain TCP).
+    options
+}
+
+/// A migrator whose first login is `master`'s, reaching the database behind it as
+/// `claimonce_migrate` with no password (IAM in a deployment; trusted on plain TCP here).
+fn first_login_migrator(
+    port: u16,
+    master: Settings,
+    options: claimonce_migrate::Options,
+) -> Migrator {
     let as_migrate = Settings::from_url(
+        &format!("postgres://claimonce_migrate@127.0.0.1:{port}/claimonce?sslmode=disable"),
+        None,
+        test_timeouts(),
+    )
+    .expect("settings");
+    Migrator::new(Ok(as_migrate), claimonce_migrations::ALL, Log::capture().0)
+        .with_options(Ok(options))
+        .with_bootstrap(Ok(Some(claimonce_migrate::bootstrap::Bootstrap::new(
+            master,
+            claimonce_migrate::RoleName::parse("claimonce_migrate").expect("role"),
+        ))))
+}
+
+/// The quick start's first login: the migrate function logs in to the writer as the master
+/// user, makes its own user and the logins, each granted the IAM role, and hands its user the
+/// database; then it applies every migration as that user, neither a superuser nor the master,
+/// and sets the logins' defaults, the migrations' REVOKEs taking effect. CI runs this one test
+/// again on PostgreSQL 16, Aurora's major version, whose `ALTER ROLE` wants `ADMIN OPTION`.
+#[tokio::test]
+async fn the_first_login_lets_the_migrate_user_apply_every_migration_without_being_superuser() {
+    let (server, superuser) = rds_like(claimonce_local::postgres::Options::default()).await;
+    let master = Settings::from_url(
         &format!(
-            "postgres://claimonce_migrate@127.0.0.1:{}/claimonce?sslmode=disable",
-            tls.server.port
+            "postgres://claimonce_admin:master-pw@127.0.0.1:{}/claimonce?sslmode=disable",
+            server.port
         ),
         None,
         test_timeouts(),
     )
     .expect("settings");
-    let migrate = Migrator::new(
-        Ok(as_migrate.clone()),
-        claimonce_migrations::ALL,
-        Log::capture().0,
-    )
-    .with_options(Ok(options.clone()))
-    .with_bootstrap(Ok(Some(Bootstrap::new(
-        master(Trust::PemFile(&tls.ca)).await,
-        RoleName::parse("claimonce_migrate").expect("role"),
-    ))));
+    let migrate = first_login_migrator(server.port, master, first_login_options());
     let cfn = Recorder::ok().await;
     let body = answer(&migrate, "Create", &cfn).await;
     assert_eq!(body["Status"], "SUCCESS", "{body}");
 
+    let admin = superuser("postgres").connect().await.expect("connect");
     let state = || async {
         admin
             .query_one(
@@ -1177,9 +1192,7 @@ async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_
                    JOIN pg_roles g ON g.oid = m.roleid \
                    WHERE u.rolname IN ('claimonce_migrate', 'stripe_webhook', 'retention_sweep', 'claimonce_admin')), \
                  (SELECT array_agg(c ORDER BY c) FROM pg_db_role_setting s, unnest(s.setconfig) c \
-                   WHERE s.setrole = 'stripe_webhook'::regrole), \
-                 (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                   WHERE n.nspname = 'public' AND pg_get_userbyid(c.relowner) <> 'claimonce_migrate')",
+                   WHERE s.setrole = 'stripe_webhook'::regrole)",
                 &[],
             )
             .await
@@ -1189,80 +1202,184 @@ async fn the_quick_start_s_first_login_makes_the_migrate_user_and_the_logins_as_
                     row.get::<_, String>(1),
                     row.get::<_, Vec<String>>(2),
                     row.get::<_, Vec<String>>(3),
-                    row.get::<_, i64>(4),
                 )
             })
             .expect("the roles")
     };
     let first = state().await;
+    // PostgreSQL 16 also records the grants a CREATEROLE user gives itself on the roles it
+    // makes (the master's ADMIN on claimonce_migrate and the logins): only the members listed
+    // above are compared.
     assert_eq!(
-        first,
+        (first.0, first.1.as_str(), first.3.clone()),
         (
             false,
-            "claimonce_migrate".to_owned(),
-            vec![
-                "claimonce_admin>claimonce_migrate".to_owned(),
-                "claimonce_migrate>rds_iam".into(),
-                "claimonce_migrate>retention_sweep*".into(),
-                "claimonce_migrate>stripe_webhook*".into(),
-                "retention_sweep>claimonce_sweeper".into(),
-                "retention_sweep>rds_iam".into(),
-                "stripe_webhook>claimonce_stripe".into(),
-                "stripe_webhook>rds_iam".into(),
-            ],
+            "claimonce_migrate",
             vec![
                 "idle_in_transaction_session_timeout=3000ms".to_owned(),
                 "lock_timeout=2000ms".into(),
                 "statement_timeout=3000ms".into(),
             ],
-            0,
         ),
-        "the migrate user (no superuser, CREATEROLE) owns the database and all it made; the \
-         logins hold the IAM role, their roles, and the receiver its timeouts"
+        "the migrate user (no superuser, CREATEROLE) owns the database; the receiver has its \
+         timeouts"
     );
-    // The migrations ran as the database's owner: their REVOKEs took effect.
+    for grant in [
+        "claimonce_admin>claimonce_migrate",
+        "claimonce_migrate>rds_iam",
+        "claimonce_migrate>retention_sweep*",
+        "claimonce_migrate>stripe_webhook*",
+        "retention_sweep>claimonce_sweeper",
+        "retention_sweep>rds_iam",
+        "stripe_webhook>claimonce_stripe",
+        "stripe_webhook>rds_iam",
+    ] {
+        assert!(
+            first.2.contains(&grant.to_owned()),
+            "{grant} not in {:?}",
+            first.2
+        );
+    }
+    // The migrations ran as the database's owner: what they created is the migrate user's, and
+    // their REVOKEs took effect.
     let db = superuser("claimonce").connect().await.expect("connect");
     let row = db
         .query_one(
             "SELECT has_schema_privilege('stripe_webhook', 'public', 'CREATE'), \
-             has_database_privilege('stripe_webhook', 'claimonce', 'TEMPORARY')",
+             has_database_privilege('stripe_webhook', 'claimonce', 'TEMPORARY'), \
+             (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = 'public' AND pg_get_userbyid(c.relowner) <> 'claimonce_migrate'), \
+             (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = 'public')",
             &[],
         )
         .await
         .expect("privileges");
     assert_eq!(
-        (row.get::<_, bool>(0), row.get::<_, bool>(1)),
-        (false, false)
+        (
+            row.get::<_, bool>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, i64>(2)
+        ),
+        (false, false, 0)
     );
+    assert!(row.get::<_, i64>(3) > 10, "the migrations made the schema");
 
     let body = answer(&migrate, "Update", &cfn).await;
     assert_eq!(body["Status"], "SUCCESS", "{body}");
     assert_eq!(state().await, first, "a second deploy changes nothing");
+}
 
-    // A CA the server's certificate does not chain to: the master never logs in.
-    let untrusted = Migrator::new(
-        Ok(as_migrate.clone()),
-        claimonce_migrations::ALL,
-        Log::capture().0,
+/// The master's first login to the TLS test server: its password from the Secrets Manager
+/// stand-in `secret`, the server's certificate verified against `ca`.
+async fn master(
+    tls: &claimonce_tests::tls::TlsServer,
+    secret: &Recorder,
+    ca: &std::path::Path,
+) -> Settings {
+    Settings::with_secret(
+        "localhost",
+        tls.server.port,
+        "claimonce",
+        secret.aws_config().await,
+        FIRST_LOGIN_SECRET,
+        claimonce::db::Trust::PemFile(ca),
+        test_timeouts(),
     )
-    .with_options(Ok(options.clone()))
-    .with_bootstrap(Ok(Some(Bootstrap::new(
-        master(Trust::PemFile(&tls.other_ca)).await,
-        RoleName::parse("claimonce_migrate").expect("role"),
-    ))));
-    let body = answer(&untrusted, "Update", &cfn).await;
-    assert_failed(&body, &["DB_BOOTSTRAP_HOST", "master user's login failed"]);
+    .await
+    .expect("master settings")
+}
 
-    // A function login that is the master user is refused before anything is made.
-    let mut clash = options.clone();
-    clash.handler_users =
-        vec![HandlerUser::parse("claimonce_admin:claimonce_stripe").expect("user")];
-    let refused = Migrator::new(Ok(as_migrate), claimonce_migrations::ALL, Log::capture().0)
-        .with_options(Ok(clash))
-        .with_bootstrap(Ok(Some(Bootstrap::new(
-            master(Trust::PemFile(&tls.ca)).await,
-            RoleName::parse("claimonce_migrate").expect("role"),
-        ))));
-    let body = answer(&refused, "Update", &cfn).await;
+const FIRST_LOGIN_SECRET: &str =
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:rds!cluster-1";
+
+/// The first login reads the master's password from Secrets Manager and verifies the writer's
+/// certificate against the CA it is given (in a deployment the RDS bundle the function
+/// carries): under a CA the certificate does not chain to, nothing is made; a function login
+/// that is the master user is refused before anything is made.
+#[tokio::test]
+async fn the_first_login_reads_the_master_secret_and_verifies_the_writer_s_certificate() {
+    let tls = tokio::task::spawn_blocking(claimonce_tests::tls::TlsServer::start)
+        .await
+        .expect("a server of its own");
+    let admin = Settings::from_url(
+        &tls.url("127.0.0.1", Some("disable")),
+        None,
+        test_timeouts(),
+    )
+    .expect("settings")
+    .connect()
+    .await
+    .expect("connect");
+    admin
+        .batch_execute(
+            "CREATE ROLE rds_iam NOLOGIN; CREATE ROLE rds_superuser NOLOGIN; \
+             GRANT rds_iam TO rds_superuser WITH ADMIN OPTION; \
+             CREATE ROLE claimonce_admin LOGIN CREATEROLE CREATEDB PASSWORD 'master-pw' \
+             IN ROLE rds_superuser",
+        )
+        .await
+        .expect("an RDS-like master");
+    admin
+        .batch_execute("CREATE DATABASE claimonce OWNER claimonce_admin TEMPLATE template0")
+        .await
+        .expect("its database");
+    tls.require_password(&admin, "claimonce_admin").await;
+    let secret = Recorder::secrets_manager(
+        FIRST_LOGIN_SECRET,
+        &json!({"username": "claimonce_admin", "password": "master-pw"}).to_string(),
+    )
+    .await;
+    let made = || async {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_roles WHERE rolname = 'claimonce_migrate'",
+                &[],
+            )
+            .await
+            .expect("count")
+            .get::<_, i64>(0)
+    };
+    let cfn = Recorder::ok().await;
+
+    let untrusted = first_login_migrator(
+        tls.server.port,
+        master(&tls, &secret, &tls.other_ca).await,
+        first_login_options(),
+    );
+    let body = answer(&untrusted, "Create", &cfn).await;
+    assert_failed(&body, &["DB_BOOTSTRAP_HOST", "master user's login failed"]);
+    assert_eq!(
+        made().await,
+        0,
+        "nothing made under a CA the writer does not chain to"
+    );
+
+    let mut clash = first_login_options();
+    clash.handler_users = vec![
+        claimonce_migrate::HandlerUser::parse("claimonce_admin:claimonce_stripe").expect("user"),
+    ];
+    let refused =
+        first_login_migrator(tls.server.port, master(&tls, &secret, &tls.ca).await, clash);
+    let body = answer(&refused, "Create", &cfn).await;
     assert_failed(&body, &["claimonce_admin is the master user"]);
+    assert_eq!(
+        made().await,
+        0,
+        "nothing made for a login that is the master"
+    );
+
+    let trusted = first_login_migrator(
+        tls.server.port,
+        master(&tls, &secret, &tls.ca).await,
+        first_login_options(),
+    );
+    let body = answer(&trusted, "Create", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(
+        made().await,
+        1,
+        "made over verified TLS with the secret's password"
+    );
+    assert_eq!(secret.requests().len(), 3, "the secret read for each login");
 }
