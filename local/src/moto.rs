@@ -7,11 +7,22 @@
 
 use std::time::Duration;
 
-/// `http://127.0.0.1:<port>` of a moto server this process started.
+/// `http://127.0.0.1:<port>` of a moto server this process started: `scripts/moto_server.py`,
+/// moto's server made to refuse what SQS refuses where moto would not (a message body with a
+/// character SendMessage does not take).
 pub async fn start() -> Result<String, String> {
+    let script = crate::functions::workspace_root().join("scripts/moto_server.py");
     emulator(
-        "moto_server",
-        |port| vec!["-H".into(), "127.0.0.1".into(), "-p".into(), port],
+        "python3",
+        |port| {
+            vec![
+                script.to_string_lossy().into_owned(),
+                "-H".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port,
+            ]
+        },
         &[],
     )
     .await

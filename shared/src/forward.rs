@@ -19,8 +19,9 @@ pub const SQS_MESSAGE_LIMIT: usize = 1_048_576;
 /// them) come to about 1,300 bytes with their names and types.
 pub const FORWARD_ATTRIBUTE_ROOM: usize = 2048;
 
-/// The largest body a receiver forwards: a longer one is answered 413 and writes nothing,
-/// because the relay could never send it. This is the one place the limit is stated.
+/// The largest message body a forward makes: a body that would make a longer one (its base64,
+/// when it holds a character SQS refuses: [`crate::sqs_body`]) is answered 413 and writes
+/// nothing, because the relay could never send it. This is the one place the limit is stated.
 pub const FORWARD_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - FORWARD_ATTRIBUTE_ROOM;
 
 /// A signed body the outbox can store and the relay can send: at most [`FORWARD_BODY_LIMIT`]
@@ -41,10 +42,12 @@ impl Forwardable {
     /// Checks `body`; a refusal is a 400 (`invalid-payload`), or a 413 (`payload-too-large`)
     /// for a body longer than [`FORWARD_BODY_LIMIT`].
     pub fn new(body: &[u8]) -> Result<Self, Rejection> {
-        if body.len() > FORWARD_BODY_LIMIT {
+        // As the relay sends it: base64 when it holds a character SQS refuses.
+        if crate::sqs_body::encoded_len(body) > FORWARD_BODY_LIMIT {
             return Err(Rejection::new(
                 Problem::PayloadTooLarge,
-                "a forwarded event is at most 1046528 bytes, what a queue message holds",
+                "a forwarded event is at most 1046528 bytes, what a queue message holds (three \
+                 quarters of that when it holds a character SQS refuses, which travels base64)",
             ));
         }
         fn holds_nul(value: &serde_json::Value) -> bool {
@@ -218,6 +221,19 @@ mod tests {
             body
         };
         assert!(Forwardable::new(&sized(FORWARD_BODY_LIMIT)).is_ok());
+        // With a character SQS refuses, the body travels base64: three quarters of the room.
+        let refusing = |len: usize| {
+            let mut body = sized(len);
+            body.splice(2..5, "\u{FFFF}".bytes());
+            body
+        };
+        assert!(Forwardable::new(&refusing(FORWARD_BODY_LIMIT / 4 * 3)).is_ok());
+        assert_eq!(
+            Forwardable::new(&refusing(FORWARD_BODY_LIMIT / 4 * 3 + 1))
+                .expect_err("too large as base64")
+                .problem,
+            Problem::PayloadTooLarge
+        );
         let refused = Forwardable::new(&sized(FORWARD_BODY_LIMIT + 1)).expect_err("too large");
         assert_eq!(refused.problem, Problem::PayloadTooLarge);
         assert!(

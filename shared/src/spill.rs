@@ -25,8 +25,6 @@
 
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, ConfigError};
@@ -49,7 +47,7 @@ const PROVIDER: &str = "claimonce-provider";
 const EVENT_ID: &str = "claimonce-event-id";
 const RECEIVED_AT: &str = "claimonce-received-at";
 const HEADERS: &str = "claimonce-headers";
-const ENCODING: &str = "claimonce-body-encoding";
+const ENCODING: &str = crate::sqs_body::ENCODING_ATTRIBUTE;
 const VERSION: &str = "claimonce-spill";
 
 /// The version a message is written with. Version 1 carried no signature headers: the drain
@@ -141,7 +139,7 @@ impl Spill {
     /// Puts `delivery` on the queue within the timeout. The error names what failed (the
     /// SDK's operation and error code, a timeout, a size), never the body.
     pub(crate) async fn put(&self, delivery: &Spilled<'_>) -> Result<(), String> {
-        let (body, base64) = message_body(delivery.body);
+        let (body, base64) = crate::sqs_body::encode(delivery.body);
         let attributes = delivery.attributes(base64)?;
         let size = body.len()
             + attributes
@@ -227,21 +225,6 @@ impl Spilled<'_> {
     }
 }
 
-/// The SQS message body for `body`: the text itself when SQS takes every character of it
-/// (#x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD, #x10000 and up), base64 otherwise.
-fn message_body(body: &[u8]) -> (String, bool) {
-    let allowed = |c: char| {
-        matches!(c, '\t' | '\n' | '\r')
-            || ('\u{20}'..='\u{D7FF}').contains(&c)
-            || ('\u{E000}'..='\u{FFFD}').contains(&c)
-            || c >= '\u{10000}'
-    };
-    match std::str::from_utf8(body) {
-        Ok(text) if text.chars().all(allowed) => (text.to_owned(), false),
-        _ => (STANDARD.encode(body), true),
-    }
-}
-
 /// One record of an SQS event, as Lambda's event source mapping hands it over: the parts the
 /// drain reads.
 #[derive(Debug, Deserialize)]
@@ -320,13 +303,7 @@ impl Record {
             .attribute(RECEIVED_AT)
             .and_then(|t| t.parse().ok())
             .ok_or("no arrival time")?;
-        let body = match self.attribute(ENCODING) {
-            None => self.body.as_bytes().to_vec(),
-            Some("base64") => STANDARD
-                .decode(self.body.as_bytes())
-                .map_err(|_| "the body is not base64")?,
-            Some(_) => return Err("an unknown body encoding"),
-        };
+        let body = crate::sqs_body::decode(&self.body, self.attribute(ENCODING))?;
         let mut headers = http::HeaderMap::new();
         if let Some(json) = self.attribute(HEADERS) {
             let read: std::collections::BTreeMap<String, String> =
@@ -413,7 +390,7 @@ mod tests {
                 headers: &headers,
                 received_at: 1_796_070_269,
             };
-            let (text, base64) = message_body(body);
+            let (text, base64) = crate::sqs_body::encode(body);
             let attributes = spilled.attributes(base64).expect("attributes");
             let pairs: Vec<(&str, &str)> = attributes
                 .iter()
@@ -428,17 +405,6 @@ mod tests {
                 Some(&b"issues"[..])
             );
         }
-    }
-
-    #[test]
-    fn text_sqs_refuses_is_sent_as_base64_and_other_text_as_is() {
-        assert_eq!(
-            message_body(b"{\"k\":\"v\"}\n"),
-            ("{\"k\":\"v\"}\n".into(), false)
-        );
-        assert!(message_body(b"\x00").1);
-        assert!(message_body("\u{FFFE}".as_bytes()).1);
-        assert!(!message_body("caf\u{e9} \u{1F600}".as_bytes()).1);
     }
 
     #[test]

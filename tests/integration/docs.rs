@@ -473,3 +473,42 @@ fn operations_lists_every_metric_the_code_emits() {
         "metrics OPERATIONS.md does not list: {unlisted:?}; listed but not emitted: {gone:?}"
     );
 }
+
+/// The set-aside count the documents state is the one deployed: template.yaml's
+/// `OUTBOX_MAX_ATTEMPTS`, which is also the relay's default. Every mention of the variable in
+/// the user documents gives it with the number that follows it.
+#[test]
+fn the_documents_state_the_outbox_set_aside_count_as_configured() {
+    let root = workspace_root();
+    let template = std::fs::read_to_string(root.join("template.yaml")).expect("template.yaml");
+    let deployed: u32 = template
+        .split("OUTBOX_MAX_ATTEMPTS: '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .and_then(|n| n.parse().ok())
+        .expect("OUTBOX_MAX_ATTEMPTS in template.yaml");
+    assert_eq!(outbox_relay::Options::default().max_attempts, deployed);
+    let mut stated = 0;
+    for page in ["RELIABILITY.md", "OPERATIONS.md", "docs/configuration.md"] {
+        let text = std::fs::read_to_string(root.join(page)).expect("page");
+        for (at, _) in text.match_indices("OUTBOX_MAX_ATTEMPTS") {
+            let after = text.get(at..).unwrap_or_default();
+            let number: String = after
+                .chars()
+                .skip_while(|c| !c.is_ascii_digit())
+                .take_while(char::is_ascii_digit)
+                .collect();
+            assert_eq!(
+                number,
+                deployed.to_string(),
+                "{page}: `{}` states another count",
+                after.chars().take(60).collect::<String>()
+            );
+            stated += 1;
+        }
+    }
+    assert!(
+        stated >= 3,
+        "RELIABILITY, OPERATIONS and the configuration page each state it"
+    );
+}

@@ -488,6 +488,66 @@ async fn a_row_that_cannot_be_sent_backs_off_is_set_aside_and_never_holds_up_the
     );
 }
 
+/// A dispatcher whose send of one row never answers (a queue endpoint that accepts the
+/// connection and says nothing); every other row is taken. Records what it was handed.
+struct Hangs {
+    row: i64,
+    tried: Mutex<Vec<i64>>,
+}
+
+impl Dispatch for Hangs {
+    type Error = String;
+
+    async fn send(&self, row: &OutboxRow) -> Result<(), String> {
+        self.tried.lock().expect("tried").push(row.id);
+        if row.id == self.row {
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+/// A send that hangs past the relay's send timeout is cut there: that row backs off with
+/// "send timed out", and the rows behind it are sent in the same run.
+#[tokio::test]
+async fn a_send_that_hangs_past_the_send_timeout_backs_off_and_the_rows_behind_it_are_sent() {
+    let db = TestDb::new().await;
+    let ids = messages(&db.client().await, 3).await;
+    let dispatch = Hangs {
+        row: ids[0],
+        tried: Mutex::new(Vec::new()),
+    };
+    let settings = db.settings();
+    let client = settings.connect().await.expect("connect");
+    let options = Options {
+        send_timeout: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let report = relay(&client, settings.timeouts(), &options, &dispatch, &plenty()).await;
+    assert_eq!((report.dispatched, report.failed), (2, 1), "{report:?}");
+    assert_eq!(
+        dispatch.tried.lock().expect("tried").clone(),
+        ids,
+        "the hanging row was handed over first, then the rest"
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM outbox WHERE id = {} AND attempts = 1 \
+             AND last_error = 'send timed out' AND next_attempt_at > now() \
+             AND dispatched_at IS NULL AND dead_at IS NULL",
+            ids[0]
+        ))
+        .await,
+        1,
+        "the hanging row backs off"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL")
+            .await,
+        2
+    );
+}
+
 #[tokio::test]
 async fn the_relay_has_only_the_relay_roles_rights_and_a_relay_login_suffices() {
     let db = TestDb::new().await;
@@ -644,19 +704,8 @@ async fn the_relay_binary_sends_to_sqs_with_the_row_id_as_idempotency_key() {
 /// carries the idempotency key and topic as attributes.
 #[tokio::test]
 async fn the_relay_binary_sends_each_row_once_to_a_real_fifo_queue_even_when_it_sends_twice() {
-    use aws_sdk_sqs::types::QueueAttributeName;
     let moto = claimonce_tests::moto::moto().await;
-    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-    let queue = sqs
-        .create_queue()
-        .queue_name(format!("outbox-{}.fifo", std::process::id()))
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(QueueAttributeName::MaximumMessageSize, "1048576")
-        .send()
-        .await
-        .expect("the FIFO queue")
-        .queue_url
-        .expect("its URL");
+    let (sqs, queue) = outbox_queue("outbox").await;
     let db = TestDb::new().await;
     let ids = messages(&db.client().await, 3).await;
     assert_eq!(relay_binary(&db, &queue, &moto.url).await["dispatched"], 3);
@@ -672,43 +721,14 @@ async fn the_relay_binary_sends_each_row_once_to_a_real_fifo_queue_even_when_it_
         "sent again"
     );
     let mut seen = Vec::new();
-    loop {
-        let received = sqs
-            .receive_message()
-            .queue_url(&queue)
-            .max_number_of_messages(10)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .expect("receive")
-            .messages
-            .unwrap_or_default();
-        if received.is_empty() {
-            break;
-        }
-        for m in received {
-            let key = m
-                .message_attributes()
-                .and_then(|a| a.get("idempotency-key"))
-                .and_then(|v| v.string_value())
-                .expect("the idempotency key")
-                .to_owned();
-            let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("JSON");
-            assert_eq!(body["id"], key.as_str());
-            assert_eq!(
-                m.message_attributes()
-                    .and_then(|a| a.get("topic"))
-                    .and_then(|v| v.string_value()),
-                Some("crm.ping")
-            );
-            seen.push(key);
-            sqs.delete_message()
-                .queue_url(&queue)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("delete");
-        }
+    for m in drained(&sqs, &queue).await {
+        let key = attribute(&m, "idempotency-key")
+            .expect("the idempotency key")
+            .to_owned();
+        let body: Value = serde_json::from_str(m.body().unwrap_or_default()).expect("JSON");
+        assert_eq!(body["id"], key.as_str());
+        assert_eq!(attribute(&m, "topic"), Some("crm.ping"));
+        seen.push(key);
     }
     seen.sort();
     let mut expected: Vec<String> = ids.iter().map(ToString::to_string).collect();
@@ -747,4 +767,195 @@ async fn relay_binary(db: &TestDb, queue: &str, endpoint: &str) -> Value {
         panic!("the relay failed: {outcome:?}");
     };
     serde_json::from_slice(&payload).expect("JSON")
+}
+
+/// A FIFO queue in moto's SQS, created as the template makes the outbox queue, and a client.
+async fn outbox_queue(name: &str) -> (aws_sdk_sqs::Client, String) {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let moto = claimonce_tests::moto::moto().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+    let queue = sqs
+        .create_queue()
+        .queue_name(format!("{name}-{}.fifo", std::process::id()))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::MaximumMessageSize, "1048576")
+        .send()
+        .await
+        .expect("the FIFO queue")
+        .queue_url
+        .expect("its URL");
+    (sqs, queue)
+}
+
+/// Every message on `queue`, received with its attributes and deleted.
+async fn drained(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut all = Vec::new();
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(queue)
+            .max_number_of_messages(10)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default();
+        if received.is_empty() {
+            return all;
+        }
+        for m in received {
+            sqs.delete_message()
+                .queue_url(queue)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+            all.push(m);
+        }
+    }
+}
+
+/// A message attribute's string value.
+fn attribute<'m>(message: &'m aws_sdk_sqs::types::Message, name: &str) -> Option<&'m str> {
+    message
+        .message_attributes()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.string_value())
+}
+
+/// The bytes a message stands for, decoded as a consumer decodes them (OPERATIONS.md,
+/// "Outbox"): base64 when its `claimonce-body-encoding` attribute says so.
+fn consumed(message: &aws_sdk_sqs::types::Message) -> Vec<u8> {
+    claimonce::sqs_body::decode(
+        message.body().unwrap_or_default(),
+        attribute(message, claimonce::sqs_body::ENCODING_ATTRIBUTE),
+    )
+    .expect("a body the consumer can decode")
+}
+
+/// The tests' SQS refuses a message body SQS refuses (scripts/moto_server.py): a raw U+FFFF,
+/// U+FFFE or control character is InvalidMessageContents, single or batched, while every
+/// character SendMessage allows is taken.
+#[tokio::test]
+async fn the_tests_sqs_refuses_a_body_with_a_character_sqs_refuses() {
+    let (sqs, queue) = outbox_queue("strict").await;
+    for refused in ["x\u{FFFF}", "\u{FFFE}", "a\u{1}b"] {
+        let error = sqs
+            .send_message()
+            .queue_url(&queue)
+            .message_body(refused)
+            .message_group_id("g")
+            .message_deduplication_id("d")
+            .send()
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            aws_sdk_sqs::error::ProvideErrorMetadata::code(&error),
+            Some("InvalidMessageContents"),
+            "{refused:?}"
+        );
+    }
+    let batch = sqs
+        .send_message_batch()
+        .queue_url(&queue)
+        .entries(
+            aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                .id("1")
+                .message_body("\u{FFFF}")
+                .message_group_id("g")
+                .message_deduplication_id("b")
+                .build()
+                .expect("entry"),
+        )
+        .send()
+        .await;
+    assert!(
+        batch.as_ref().is_err() || batch.as_ref().is_ok_and(|b| !b.failed().is_empty()),
+        "a batched body with U+FFFF is refused: {batch:?}"
+    );
+    sqs.send_message()
+        .queue_url(&queue)
+        .message_body("\t\n\r caf\u{e9} \u{D7FF}\u{E000}\u{FFFD}\u{1F600}")
+        .message_group_id("g")
+        .message_deduplication_id("ok")
+        .send()
+        .await
+        .expect("every allowed character is taken");
+}
+
+/// A GitHub event whose signed body holds a raw U+FFFF and U+FFFE (an issue title anyone can
+/// write) is claimed, forwarded, and reaches the outbox queue through the relay binary: base64,
+/// named by its attribute, so that its consumer recovers the signed bytes byte for byte and
+/// their HMAC verifies against the signature the message carries.
+#[tokio::test]
+async fn a_github_forward_holding_characters_sqs_refuses_reaches_its_queue_and_verifies() {
+    const SECRET: &str = "test-github-secret";
+    let moto = claimonce_tests::moto::moto().await;
+    let (sqs, queue) = outbox_queue("forward").await;
+    let db = TestDb::new().await;
+    let (receiver, _) = db.receiver(github_webhook::GitHub::new(&[SECRET]).expect("secret"));
+    let body = "{\"action\":\"opened\",\"issue\":{\"number\":9,\"title\":\"a\u{FFFF}b\u{FFFE}\"},\
+                \"installation\":{\"id\":1}}"
+        .as_bytes();
+    let signature = claimonce::verify::body_hmac::sign(SECRET, body);
+    let event = json!({
+        "version": "2.0",
+        "routeKey": "POST /webhooks/github",
+        "rawPath": "/webhooks/github",
+        "headers": {
+            "content-type": "application/json",
+            "x-github-event": "issues",
+            "x-github-delivery": "d-fffe",
+            "x-hub-signature-256": signature,
+        },
+        "requestContext": {"http": {"method": "POST"}, "requestId": "test"},
+        "body": std::str::from_utf8(body).expect("UTF-8"),
+        "isBase64Encoded": false,
+    })
+    .to_string();
+    assert_eq!(
+        outcome(receiver.handle_event(&event).await.response()),
+        (200, "processed".to_owned())
+    );
+    assert_eq!(relay_binary(&db, &queue, &moto.url).await["dispatched"], 1);
+    let messages = drained(&sqs, &queue).await;
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(
+        attribute(message, claimonce::sqs_body::ENCODING_ATTRIBUTE),
+        Some("base64")
+    );
+    let bytes = consumed(message);
+    assert_eq!(bytes, body, "the signed bytes, byte for byte");
+    assert_eq!(attribute(message, "signature"), Some(signature.as_str()));
+    assert_eq!(
+        claimonce::verify::body_hmac::sign(SECRET, &bytes),
+        signature,
+        "the consumer's HMAC over what it decoded verifies"
+    );
+}
+
+/// An effect's message whose payload holds `\uffff` (which `jsonb` stores as the raw character,
+/// and the envelope carries raw) is sent base64 too, and its payload reads back equal.
+#[tokio::test]
+async fn an_effect_s_message_with_a_character_sqs_refuses_is_sent_and_reads_back_equal() {
+    let moto = claimonce_tests::moto::moto().await;
+    let (sqs, queue) = outbox_queue("envelope").await;
+    let db = TestDb::new().await;
+    let payload = json!({"name": "a\u{FFFF}b", "n": 1});
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO outbox (topic, payload) VALUES ('crm.ping', $1::text::jsonb)",
+            &[&payload.to_string()],
+        )
+        .await
+        .expect("a row as an effect writes it");
+    assert_eq!(relay_binary(&db, &queue, &moto.url).await["dispatched"], 1);
+    let messages = drained(&sqs, &queue).await;
+    assert_eq!(messages.len(), 1);
+    let envelope: Value = serde_json::from_slice(&consumed(&messages[0])).expect("JSON");
+    assert_eq!(envelope["payload"], payload);
+    assert_eq!(envelope["topic"], "crm.ping");
 }

@@ -100,6 +100,12 @@ impl OutboxRow {
                 attributes.push(("signature", value.clone()));
             }
         }
+        if self
+            .text()
+            .is_some_and(|text| !claimonce::sqs_body::is_text(text.as_bytes()))
+        {
+            attributes.push((claimonce::sqs_body::ENCODING_ATTRIBUTE, "base64".to_owned()));
+        }
         attributes
     }
 
@@ -114,10 +120,17 @@ impl OutboxRow {
         Some(self.message_body()?.len() + attributes)
     }
 
-    /// The message as sent. A forwarded event: its signed body, verbatim. Any other row:
+    /// The message body as sent: [`OutboxRow::text`], or its base64 when it holds a character
+    /// SQS refuses (the `claimonce-body-encoding` attribute then says `base64`:
+    /// [`claimonce::sqs_body`]).
+    pub fn message_body(&self) -> Option<String> {
+        Some(claimonce::sqs_body::encode(self.text()?.as_bytes()).0)
+    }
+
+    /// The message. A forwarded event: its signed body, verbatim. Any other row:
     /// `{"id", "topic", "created_at", "provider", "event_id", "payload"}`, the payload
     /// verbatim. `None` only if an envelope's payload is not JSON, which `jsonb` rules out.
-    pub fn message_body(&self) -> Option<String> {
+    pub fn text(&self) -> Option<String> {
         if self.signed_body {
             return Some(self.payload.clone());
         }
@@ -638,6 +651,30 @@ mod tests {
             ..row(signed)
         };
         assert_eq!(forwarded.message_body().as_deref(), Some(signed));
+        // A body with characters SQS refuses goes base64, named by an attribute.
+        let refused = OutboxRow {
+            payload: "{\"title\":\"\u{FFFF}\u{FFFE}\"}".into(),
+            ..forwarded.clone()
+        };
+        assert_eq!(
+            refused.message_body().as_deref(),
+            Some(
+                claimonce::sqs_body::encode(refused.payload.as_bytes())
+                    .0
+                    .as_str()
+            )
+        );
+        assert!(
+            refused
+                .attributes()
+                .contains(&("claimonce-body-encoding", "base64".to_owned()))
+        );
+        assert!(
+            !forwarded
+                .attributes()
+                .iter()
+                .any(|a| a.0 == "claimonce-body-encoding")
+        );
         assert_eq!(
             forwarded.idempotency_key(),
             format!("github:{}", "ab".repeat(32))
