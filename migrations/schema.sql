@@ -286,7 +286,10 @@ CREATE FUNCTION public.resend_record_v2(p_event_id text, p_email_id text, p_even
     SET lock_timeout TO '2s'
     AS $$
 BEGIN
-    PERFORM claimonce_take_claim_v1('resend');
+    IF claimonce_take_claim_v1('resend') IS DISTINCT FROM p_event_id THEN
+        RAISE EXCEPTION 'claimonce: an effect writes the event of the claim it runs under'
+            USING ERRCODE = '42501';
+    END IF;
     INSERT INTO email_events (event_id, email_id, event_type, recipients, occurred_at)
     VALUES (p_event_id, p_email_id, p_event_type, p_recipients, CAST(p_occurred_at AS timestamptz))
     ON CONFLICT (event_id) DO NOTHING;
@@ -388,7 +391,10 @@ CREATE FUNCTION public.stripe_provision_v2(p_customer text, p_email text, p_even
     SET lock_timeout TO '2s'
     AS $$
 BEGIN
-    PERFORM claimonce_take_claim_v1('stripe');
+    IF claimonce_take_claim_v1('stripe') IS DISTINCT FROM p_event_id THEN
+        RAISE EXCEPTION 'claimonce: an effect writes the event of the claim it runs under'
+            USING ERRCODE = '42501';
+    END IF;
     INSERT INTO customers (stripe_customer_id, email)
     VALUES (p_customer, p_email)
     ON CONFLICT (stripe_customer_id) DO UPDATE

@@ -177,6 +177,70 @@ async fn one_claim_drives_one_effect_call_even_with_its_setting_forged_again() {
     );
 }
 
+/// An effect that writes an event's id writes its own claim's: as Resend's login, claiming
+/// message A and recording message B is refused with nothing written (neither B's row nor its
+/// suppression), and so is a Stripe welcome under another event's id; the same calls with the
+/// claim's own id apply (the positive control).
+#[tokio::test]
+async fn an_effect_writes_the_event_of_the_claim_it_runs_under_and_no_other() {
+    let db = TestDb::new().await;
+    let record = |id: &str| {
+        format!(
+            "SELECT resend_record_v2('{id}', 'em_b', 'email.bounced', '{{b@example.com}}', \
+             '2026-11-30T00:00:00Z', 'bounced')"
+        )
+    };
+    let provision =
+        |id: &str| format!("SELECT stripe_provision_v2('cus_w', 'w@example.com', '{id}')");
+    for (role, provider, effect) in [
+        (
+            "claimonce_resend",
+            "resend",
+            &record as &dyn Fn(&str) -> String,
+        ),
+        ("claimonce_stripe", "stripe", &provision),
+    ] {
+        let login = session_as(&db, role).await;
+        let before = rows_everywhere(&db).await;
+        let under_a = |written: &str| {
+            format!(
+                "BEGIN; SELECT * FROM claimonce_claim_v1('{provider}', 'msg_a', 't', NULL); {}; \
+                 COMMIT",
+                effect(written)
+            )
+        };
+        let refused = login
+            .batch_execute(&under_a("msg_b"))
+            .await
+            .expect_err("another event's id");
+        assert_eq!(refused.code().map(|c| c.code()), Some(DENIED), "{role}");
+        assert!(
+            refused.as_db_error().is_some_and(|e| e
+                .message()
+                .contains("writes the event of the claim it runs under")),
+            "{role}: refused by the effect's own check: {refused:?}"
+        );
+        login.batch_execute("ROLLBACK").await.expect("end it");
+        assert_eq!(rows_everywhere(&db).await, before, "{role}: nothing written");
+        assert_eq!(sqlstate(&login, &under_a("msg_a")).await, "ok", "{role}");
+        db.client()
+            .await
+            .batch_execute("DELETE FROM processed_events")
+            .await
+            .expect("the claim again, for the next login");
+    }
+    assert_eq!(
+        db.count(
+            "SELECT (SELECT count(*) FROM email_events WHERE event_id = 'msg_a') \
+             + (SELECT count(*) FROM email_suppressions WHERE source_event_id = 'msg_a') \
+             + (SELECT count(*) FROM outbox WHERE event_id = 'msg_a')"
+        )
+        .await,
+        3,
+        "under its own claim each applied"
+    );
+}
+
 #[tokio::test]
 async fn a_function_login_writes_no_table_directly() {
     let db = TestDb::new().await;
