@@ -98,11 +98,19 @@ impl std::fmt::Display for PutFailed {
 
 impl std::error::Error for PutFailed {}
 
-/// Whether a custom-resource answer may go to `url`: CloudFormation's pre-signed S3 URL, over
-/// `https`, to an S3 host of AWS (`<bucket>.s3.amazonaws.com`, `….s3.<region>.amazonaws.com`,
-/// `….s3-<region>.amazonaws.com`, and the `.amazonaws.com.cn` partition). With `loopback`
-/// (tests), `http` or `https` to 127.0.0.1, `[::1]` or `localhost` too. Anything else is what
-/// a forged request would name, and is refused with the reason.
+/// The bucket CloudFormation's pre-signed response URLs name: AWS owns one per region,
+/// `cloudformation-custom-resource-response-<region without dashes>` (the CloudFormation user
+/// guide, "AWS owned buckets" a VPC endpoint policy must allow).
+const RESPONSE_BUCKET_PREFIX: &str = "cloudformation-custom-resource-response-";
+
+/// Whether a custom-resource answer may go to `url`: a URL into CloudFormation's own response
+/// bucket, nothing else. Accepted exactly: `https`, no port, an S3 host of AWS
+/// (`s3.amazonaws.com`, `s3.<region>.amazonaws.com`, `s3-<region>.amazonaws.com`, or the
+/// `.amazonaws.com.cn` partition's), and the bucket, named in the host (`<bucket>.<s3 host>`) or
+/// as the path's first segment (`<s3 host>/<bucket>/…`), `cloudformation-custom-resource-response-`
+/// followed by a region's letters and digits. A bucket of anyone else's, which a forged request
+/// would name to read the answer, is refused, as is every other host. With `loopback` (tests),
+/// `http` or `https` to 127.0.0.1, `[::1]` or `localhost` too.
 pub fn response_url_allowed(url: &str, loopback: bool) -> Result<(), &'static str> {
     let uri: http::Uri = url.parse().map_err(|_| "the ResponseURL is not a URL")?;
     let host = uri.host().ok_or("the ResponseURL has no host")?;
@@ -122,11 +130,46 @@ pub fn response_url_allowed(url: &str, loopback: bool) -> Result<(), &'static st
         .strip_suffix(".amazonaws.com")
         .or_else(|| host.strip_suffix(".amazonaws.com.cn"))
         .ok_or("the ResponseURL's host is not an AWS host")?;
-    let s3 = aws
-        .split('.')
-        .any(|label| label == "s3" || label.starts_with("s3-"));
-    if !s3 || uri.port().is_some() {
+    let mut labels = aws.split('.');
+    let first = labels.next().unwrap_or("");
+    let is_s3 = |label: &str| label == "s3" || label.starts_with("s3-");
+    let (bucket, endpoint) = if is_s3(first) {
+        // Path style: the bucket is the path's first segment.
+        let bucket = uri
+            .path()
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or("");
+        (
+            bucket,
+            std::iter::once(first).chain(labels).collect::<Vec<_>>(),
+        )
+    } else {
+        (first, labels.collect::<Vec<_>>())
+    };
+    let endpoint_is_s3 = match endpoint.as_slice() {
+        [s3] => is_s3(s3),
+        [s3, region] => {
+            *s3 == "s3"
+                && region
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        }
+        _ => false,
+    };
+    if !endpoint_is_s3 || uri.port().is_some() {
         return Err("the ResponseURL's host is not S3");
+    }
+    let region = bucket
+        .strip_prefix(RESPONSE_BUCKET_PREFIX)
+        .ok_or("the ResponseURL's bucket is not CloudFormation's response bucket")?;
+    if region.is_empty()
+        || !region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return Err("the ResponseURL's bucket is not CloudFormation's response bucket");
     }
     Ok(())
 }
@@ -179,20 +222,53 @@ mod tests {
             "https://cloudformation-custom-resource-response-euwest1.s3.eu-west-1.amazonaws.com/x",
             "https://cloudformation-custom-resource-response-uswest2.s3-us-west-2.amazonaws.com/x",
             "https://cloudformation-custom-resource-response-cnnorth1.s3.cn-north-1.amazonaws.com.cn/x",
+            "https://s3.amazonaws.com/cloudformation-custom-resource-response-useast1/arn%3Aaws/x",
+            "https://s3-eu-west-1.amazonaws.com/cloudformation-custom-resource-response-euwest1/x",
         ] {
             assert_eq!(response_url_allowed(url, false), Ok(()), "{url}");
         }
-        for url in [
-            "http://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
-            "https://attacker.example/x",
-            "https://s3.amazonaws.com.attacker.example/x",
-            "https://lambda.us-east-1.amazonaws.com/x",
-            "https://bucket.s3.amazonaws.com:8443/x",
-            "http://127.0.0.1:9000/cfn-response",
-            "https://localhost/x",
-            "not a url",
+        for (url, why) in [
+            (
+                "http://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
+                "not https",
+            ),
+            ("https://attacker.example/x", "not an AWS host"),
+            (
+                "https://s3.amazonaws.com.attacker.example/x",
+                "not an AWS host",
+            ),
+            ("https://lambda.us-east-1.amazonaws.com/x", "not S3"),
+            (
+                "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com:8443/x",
+                "not S3",
+            ),
+            // Anyone's bucket on S3: the answer would be theirs to read.
+            (
+                "https://attacker-bucket.s3.amazonaws.com/x",
+                "response bucket",
+            ),
+            (
+                "https://s3.amazonaws.com/attacker-bucket/x",
+                "response bucket",
+            ),
+            (
+                "https://cloudformation-custom-resource-response-.s3.amazonaws.com/x",
+                "response bucket",
+            ),
+            (
+                "https://cloudformation-custom-resource-response-useast1-mine.s3.amazonaws.com/x",
+                "response bucket",
+            ),
+            (
+                "https://x.cloudformation-custom-resource-response-useast1.s3.amazonaws.com/x",
+                "not S3",
+            ),
+            ("http://127.0.0.1:9000/cfn-response", "not https"),
+            ("https://localhost/x", "not an AWS host"),
+            ("not a url", "not a URL"),
         ] {
-            assert!(response_url_allowed(url, false).is_err(), "{url}");
+            let refused = response_url_allowed(url, false).expect_err(url);
+            assert!(refused.contains(why), "{url}: {refused}");
         }
         assert_eq!(
             response_url_allowed("http://127.0.0.1:9000/cfn-response", true),
