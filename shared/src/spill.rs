@@ -346,6 +346,22 @@ impl BatchResponse {
         });
     }
 
+    /// Every record of a batch that cannot be read failed: each id that can be named, or,
+    /// with none, the whole batch, through the one answer Lambda documents as a complete
+    /// failure of a partial batch response, an empty item identifier. Anything else that is
+    /// not a partial batch response (an API Gateway answer, say) Lambda takes as a complete
+    /// success, deleting what was never applied.
+    pub(crate) fn all_failed(ids: &[String]) -> Self {
+        let mut response = Self::default();
+        if ids.is_empty() {
+            response.fail("");
+        }
+        for id in ids {
+            response.fail(id);
+        }
+        response
+    }
+
     /// The message ids reported as failed.
     pub fn failed(&self) -> impl Iterator<Item = &str> {
         self.failures.iter().map(|f| f.item_identifier.as_str())

@@ -388,3 +388,55 @@ async fn a_flood_of_headers_is_400_not_a_crash() {
     at["headers"] = Value::Object(many(claimonce::lambda::MAX_HEADERS, false));
     assert_eq!(watched.answer(&at).await, (200, "processed".to_owned()));
 }
+
+/// An SQS batch the reader cannot read is answered as a partial batch response that fails
+/// every record it can name, or, naming none, the whole batch (an empty item identifier, which
+/// Lambda takes as a complete failure): never an API Gateway answer, which Lambda would take as
+/// a complete success and delete what was never applied. Nothing reaches the database, and the
+/// function says so in an ERROR line that holds no record's contents.
+#[tokio::test]
+async fn an_unreadable_sqs_batch_fails_every_record_it_can_name_and_reaches_no_database() {
+    let db = TestDb::new().await;
+    let watched = Watched::new(&db).await;
+    for (records, failed) in [
+        (
+            json!([{"messageId": "m-1", "body": 5}, {"messageId": "m-2", "body": "secret-body"}]),
+            json!([{"itemIdentifier": "m-1"}, {"itemIdentifier": "m-2"}]),
+        ),
+        (json!("secret-records"), json!([{"itemIdentifier": ""}])),
+        (
+            json!([{"body": "secret-body"}]),
+            json!([{"itemIdentifier": ""}]),
+        ),
+    ] {
+        let event = json!({ "Records": records }).to_string();
+        let before = watched.proxy.traffic();
+        let answer =
+            serde_json::to_value(watched.receiver.handle_invocation(&event).await).expect("JSON");
+        assert_eq!(answer, json!({ "batchItemFailures": failed }), "{records}");
+        assert_eq!(
+            watched.proxy.traffic(),
+            before,
+            "{records}: reached the database"
+        );
+    }
+    let lines: Vec<Value> = watched
+        .logs
+        .lock()
+        .expect("logs")
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let refused: Vec<&Value> = lines
+        .iter()
+        .filter(|l| {
+            l["message"] == "an SQS batch that cannot be read: every record reported failed"
+        })
+        .collect();
+    assert_eq!(refused.len(), 3, "{lines:?}");
+    assert_eq!(refused[0]["named_records"], 2);
+    assert!(
+        !lines.iter().any(|l| l.to_string().contains("secret-")),
+        "no record's contents in the log"
+    );
+}

@@ -221,7 +221,11 @@ async fn an_effect_writes_the_event_of_the_claim_it_runs_under_and_no_other() {
             "{role}: refused by the effect's own check: {refused:?}"
         );
         login.batch_execute("ROLLBACK").await.expect("end it");
-        assert_eq!(rows_everywhere(&db).await, before, "{role}: nothing written");
+        assert_eq!(
+            rows_everywhere(&db).await,
+            before,
+            "{role}: nothing written"
+        );
         assert_eq!(sqlstate(&login, &under_a("msg_a")).await, "ok", "{role}");
         db.client()
             .await

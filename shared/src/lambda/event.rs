@@ -34,6 +34,8 @@ pub const MAX_HEADERS: usize = 1000;
 pub(super) enum Incoming {
     Http(Format, Request),
     Spilled(Vec<crate::spill::Record>),
+    /// An SQS batch whose records cannot all be read: the message ids that can be.
+    UnreadableBatch(Vec<String>),
 }
 
 /// One invocation as read: what it was, or why it is refused and in which format.
@@ -109,9 +111,10 @@ impl<'a> Event<'a> {
             return Err(not_an_event());
         }
         if let Some(records) = self.records.filter(|r| r.get() != "null") {
-            return serde_json::from_str(records.get())
-                .map(Incoming::Spilled)
-                .map_err(|_| not_an_event());
+            return Ok(serde_json::from_str(records.get()).map_or_else(
+                |_| Incoming::UnreadableBatch(message_ids(records)),
+                Incoming::Spilled,
+            ));
         }
         let (context_method, request_id) = match self.request_context {
             Some(c) => (c.method, c.request_id),
@@ -292,6 +295,22 @@ impl<'de> Shape<'de> for Event<'de> {
         }
         Ok(Some(e))
     }
+}
+
+/// The message ids of an SQS batch that cannot be read as a whole: each record's `messageId`
+/// that is a string, in order; none when the records are not even a list.
+fn message_ids(records: &RawValue) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Named {
+        #[serde(rename = "messageId")]
+        message_id: String,
+    }
+    serde_json::from_str::<Vec<&RawValue>>(records.get())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|record| serde_json::from_str::<Named>(record.get()).ok())
+        .map(|named| named.message_id)
+        .collect()
 }
 
 /// Reads the next value, an object of many small members, on its own: its text found in the
@@ -480,6 +499,26 @@ mod tests {
         assert_eq!(records[0].message_id, "m-1");
     }
 
+    /// An SQS batch that cannot be read as a whole is still a batch: the ids of the records
+    /// that name one, so that each is reported failed; none when the records are no list.
+    #[test]
+    fn an_unreadable_batch_names_the_records_it_can() {
+        let batch = r#"{"Records":[{"messageId":"m-1","body":5},{"body":"x"},
+            {"messageId":"m-3","body":"x","eventSourceARN":"arn:aws:sqs:eu-west-1:1:q"},
+            {"messageId":7}]}"#;
+        let Ok(Incoming::UnreadableBatch(ids)) = as_the_runtime_reads(batch) else {
+            panic!("not read as an unreadable batch");
+        };
+        assert_eq!(ids, ["m-1", "m-3"]);
+        for records in [r#""secret""#, "{}", "[1,2]"] {
+            let event = format!(r#"{{"version":"2.0","Records":{records}}}"#);
+            let Ok(Incoming::UnreadableBatch(ids)) = as_the_runtime_reads(&event) else {
+                panic!("{records}: not read as an unreadable batch");
+            };
+            assert!(ids.is_empty(), "{records}");
+        }
+    }
+
     #[test]
     fn a_rest_event_reads_both_header_maps_the_single_value_winning() {
         let event = r#"{"httpMethod":"POST","headers":{"X-One":"single"},
@@ -516,7 +555,6 @@ mod tests {
             r#""headers":{"a":"b\nc"}"#,
             r#""multiValueHeaders":{"a":[null]}"#,
             r#""isBase64Encoded":"yes""#,
-            r#""Records":"secret""#,
         ];
         for field in fields {
             let event = format!(

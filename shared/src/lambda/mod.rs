@@ -117,6 +117,10 @@ impl<P: Provider> Receiver<P> {
     ) -> Answer {
         match read {
             Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
+            Ok(Incoming::UnreadableBatch(ids)) => {
+                self.refuse_batch(&ids);
+                Answer::Batch(crate::spill::BatchResponse::all_failed(&ids))
+            }
             read => Answer::Http(self.respond(started, read).await),
         }
     }
@@ -133,7 +137,7 @@ impl<P: Provider> Receiver<P> {
                 format,
                 response: self.handle(request).await,
             },
-            Ok(Incoming::Spilled(_)) => Payload {
+            Ok(Incoming::Spilled(_) | Incoming::UnreadableBatch(_)) => Payload {
                 format: Format::V1,
                 response: self.refuse(started, not_an_api_gateway_event()),
             },

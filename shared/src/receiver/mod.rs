@@ -152,6 +152,16 @@ impl<P: Provider> Receiver<P> {
         self.finish(started, None, Outcome::rejected(rejection, None))
     }
 
+    /// Logs an SQS batch that cannot be read (every record of it is reported failed): how many
+    /// of its records could be named, nothing of their contents.
+    pub(crate) fn refuse_batch(&self, ids: &[String]) {
+        self.log.write(
+            Level::Error,
+            "an SQS batch that cannot be read: every record reported failed",
+            serde_json::json!({"named_records": ids.len()}),
+        );
+    }
+
     /// Logs the delivery's one line and turns its disposition into the response.
     fn finish(
         &self,
