@@ -111,9 +111,10 @@ fn every_link_in_the_documents_resolves() {
     assert!(checked >= 20, "{checked} relative links checked");
 }
 
-/// Every function name of the repository's Rust sources (`fn <name>`), outside `target/`.
-fn function_names(root: &Path) -> Vec<String> {
-    fn walk(dir: &Path, names: &mut Vec<String>) {
+/// Every function of the repository's Rust sources (`fn <name>`), outside `target/`, with the
+/// module it is in: its file's name, or its folder's for a `mod.rs`, `lib.rs` or `main.rs`.
+fn function_names(root: &Path) -> Vec<(String, String)> {
+    fn walk(dir: &Path, names: &mut Vec<(String, String)>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -124,7 +125,33 @@ fn function_names(root: &Path) -> Vec<String> {
                 if !file.starts_with('.') && file != "target" {
                     walk(&path, names);
                 }
-            } else if file.ends_with(".rs") {
+            } else if let Some(stem) = file.strip_suffix(".rs") {
+                let folder = |dir: &Path| {
+                    dir.file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("")
+                        .replace('-', "_")
+                };
+                let mut modules = vec![match stem {
+                    "mod" | "lib" | "main" => folder(dir),
+                    _ => stem.to_owned(),
+                }];
+                // A crate's root is also named by its crate (`src/lib.rs` of
+                // `functions/outbox-relay` is `outbox_relay`, of `functions/migrate`
+                // `claimonce_migrate` too, its package's name).
+                if matches!(stem, "lib" | "main") && modules[0] == "src" {
+                    let krate = dir.parent().unwrap_or(dir);
+                    modules.push(folder(krate));
+                    let manifest =
+                        std::fs::read_to_string(krate.join("Cargo.toml")).unwrap_or_default();
+                    if let Some(package) = manifest
+                        .lines()
+                        .find_map(|l| l.strip_prefix("name = \""))
+                        .and_then(|l| l.strip_suffix('"'))
+                    {
+                        modules.push(package.replace('-', "_"));
+                    }
+                }
                 let text = std::fs::read_to_string(&path).unwrap_or_default();
                 for piece in text.split("fn ").skip(1) {
                     let name: String = piece
@@ -132,7 +159,9 @@ fn function_names(root: &Path) -> Vec<String> {
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
                     if !name.is_empty() {
-                        names.push(name);
+                        for module in &modules {
+                            names.push((module.clone(), name.clone()));
+                        }
                     }
                 }
             }
@@ -143,16 +172,22 @@ fn function_names(root: &Path) -> Vec<String> {
     names
 }
 
-/// The test names a document cites: each backticked `path::name` whose last segment reads as
-/// a test's sentence (four words or more in snake case), or is cut short with `…`; the name
-/// and whether it was cut.
-fn cited_tests(text: &str) -> Vec<(String, bool)> {
+/// The tests a document cites: each backticked `path::name` whose last segment reads as a
+/// test's sentence (four words or more in snake case), or is cut short with `…`; the module the
+/// path names (its segment before the name), the name, and whether it was cut.
+fn cited_tests(text: &str) -> Vec<(String, String, bool)> {
     let mut cited = Vec::new();
     for (i, span) in text.split('`').enumerate() {
         if i % 2 == 0 || !span.contains("::") || span.contains(' ') {
             continue;
         }
-        let last = span.rsplit("::").next().unwrap_or("");
+        let mut segments = span.rsplit("::");
+        let last = segments.next().unwrap_or("");
+        // A unit test's module is the file its `mod tests` is in.
+        let module = match segments.next().unwrap_or("") {
+            "tests" => segments.next().unwrap_or(""),
+            module => module,
+        };
         let (name, cut) = match last.strip_suffix('…') {
             Some(name) => (name.trim_end_matches('_'), true),
             None => (last, false),
@@ -162,15 +197,15 @@ fn cited_tests(text: &str) -> Vec<(String, bool)> {
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
         if snake && (cut || name.matches('_').count() >= 3) {
-            cited.push((name.to_owned(), cut));
+            cited.push((module.to_owned(), name.to_owned(), cut));
         }
     }
     cited
 }
 
 /// Every test a document names exists, under that name (or, where the document cuts the name
-/// short with `…`, a test whose name starts so): a renamed or deleted test fails here instead
-/// of leaving a claim without its proof.
+/// short with `…`, a test whose name starts so) in the module the document names: a renamed,
+/// moved or deleted test fails here instead of leaving a claim without its proof.
 #[test]
 fn every_test_a_document_names_exists() {
     let root = workspace_root();
@@ -179,18 +214,19 @@ fn every_test_a_document_names_exists() {
     let mut missing = Vec::new();
     for page in pages(&root) {
         let text = std::fs::read_to_string(&page).expect("a page");
-        for (name, cut) in cited_tests(&text) {
+        for (module, name, cut) in cited_tests(&text) {
             checked += 1;
-            let found = names.iter().any(|n| {
-                if cut {
-                    n.starts_with(&name)
-                } else {
-                    *n == name
-                }
+            let found = names.iter().any(|(m, n)| {
+                *m == module
+                    && if cut {
+                        n.starts_with(&name)
+                    } else {
+                        *n == name
+                    }
             });
             if !found {
                 missing.push(format!(
-                    "{}: {name}{}",
+                    "{}: {module}::{name}{}",
                     page.strip_prefix(&root).unwrap_or(&page).display(),
                     if cut { "…" } else { "" }
                 ));
