@@ -21,6 +21,24 @@ pub(crate) fn io_error(e: &tokio_postgres::Error) -> bool {
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
+/// True when TLS refused the server: a certificate the client does not trust, a host name the
+/// certificate does not carry, a handshake rustls cannot complete. Waiting heals none of these.
+pub(crate) fn tls_refused(e: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(error) = source {
+        if error.is::<rustls::Error>() {
+            return true;
+        }
+        source = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    false
+}
+
 /// True when the error says the connection is gone (closed, killed by an administrator or a
 /// proxy, or the server restarting), as opposed to the statement failing.
 pub(crate) fn connection_lost(e: &tokio_postgres::Error) -> bool {

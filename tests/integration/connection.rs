@@ -163,3 +163,71 @@ async fn a_delivery_over_verified_tls_is_processed() {
         .get::<_, i64>(0);
     assert_eq!(rows, 1);
 }
+
+/// What waiting cannot heal is a 500, never a queued delivery: a certificate the client does
+/// not trust (the wrong CA, or a host name the certificate does not carry) and a refused
+/// password (28P01) are not "unavailable", while a server that refuses connections is.
+#[tokio::test]
+async fn a_certificate_or_password_refusal_is_not_unavailable_and_so_never_queued() {
+    use claimonce::db::{ConnectError, DeliveryError};
+    let tls = tokio::task::spawn_blocking(TlsServer::start)
+        .await
+        .expect("start");
+    let classified = |url: String, ca: Option<std::path::PathBuf>| async move {
+        let settings = Settings::from_url(&url, ca.as_deref(), test_timeouts()).expect("settings");
+        let error: ConnectError = settings.connect().await.expect_err("refused");
+        let text = error.to_string();
+        (DeliveryError::Connect(error).unavailable(), text)
+    };
+    let (wrong_ca, why) = classified(
+        tls.url("localhost", Some("require")),
+        Some(tls.other_ca.clone()),
+    )
+    .await;
+    assert!(
+        why.contains("certificate"),
+        "the refusal is the certificate's: {why}"
+    );
+    assert_eq!(wrong_ca, None, "an untrusted certificate: {why}");
+    let (wrong_name, why) =
+        classified(tls.url("127.0.0.1", Some("require")), Some(tls.ca.clone())).await;
+    assert!(why.contains("certificate"), "{why}");
+    assert_eq!(
+        wrong_name, None,
+        "a name the certificate does not carry: {why}"
+    );
+
+    let admin = Settings::from_url(
+        &tls.url("127.0.0.1", Some("disable")),
+        None,
+        test_timeouts(),
+    )
+    .expect("settings")
+    .connect()
+    .await
+    .expect("connect");
+    admin
+        .batch_execute("CREATE ROLE pw_login LOGIN PASSWORD 'right-pw'")
+        .await
+        .expect("a login");
+    tls.require_password(&admin, "pw_login").await;
+    let url = format!(
+        "postgres://pw_login:wrong-pw@localhost:{}/postgres?sslmode=require",
+        tls.server.port
+    );
+    let (refused, why) = classified(url, Some(tls.ca.clone())).await;
+    assert!(
+        why.contains("password authentication failed"),
+        "the server's refusal (28P01): {why}"
+    );
+    assert_eq!(refused, None, "a refused password: {why}");
+
+    // The positive control: nothing listening is unavailable (a restart, a failover).
+    let port = claimonce_local::postgres::free_loopback_port().expect("a free port");
+    let (down, why) = classified(
+        format!("postgres://x@127.0.0.1:{port}/x?sslmode=disable"),
+        None,
+    )
+    .await;
+    assert_eq!(down, Some("connect-failed"), "{why}");
+}

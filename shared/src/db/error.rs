@@ -2,7 +2,7 @@
 //! message never carries a password or event data.
 
 use crate::auth::AuthError;
-use crate::pg_error::{io_error, statement_summary};
+use crate::pg_error::{io_error, statement_summary, tls_refused};
 
 /// Why a connection could not be made.
 #[derive(Debug)]
@@ -94,25 +94,21 @@ impl DeliveryError {
     /// | name | what | how it shows |
     /// | --- | --- | --- |
     /// | `connect-timeout` | nothing answered the connect in time | [`ConnectError::TimedOut`] |
-    /// | `connect-failed` | refused, reset, unreachable, name not found | an I/O error while connecting |
+    /// | `connect-failed` | refused, reset, unreachable, name not found | an I/O error while connecting, but not a TLS refusal (a certificate not trusted, a name it does not carry) |
     /// | `too-many-connections` | the server or proxy has no connection to give | SQLSTATE 53300 |
     /// | `server-unavailable` | the server is starting, shutting down or in recovery | SQLSTATE 57P01, 57P02, 57P03 |
     /// | `connection-lost` | the connection closed or failed under the statement | SQLSTATE class 08, a closed connection, an I/O error |
     /// | `statement-timeout` | the server's `statement_timeout` ended the statement | SQLSTATE 57014 |
     /// | `deadline` | `DB_DELIVERY_TIMEOUT_MS` passed before or after the statement was sent | [`DeliveryError::TimedOut`] |
     pub fn unavailable(&self) -> Option<&'static str> {
-        let by_code = |code: &str| match code {
-            "53300" => Some("too-many-connections"),
-            "57P01" | "57P02" | "57P03" => Some("server-unavailable"),
-            "57014" => Some("statement-timeout"),
-            c if c.starts_with("08") => Some("connection-lost"),
-            _ => None,
-        };
+        let by_code = unavailable_by_code;
         match self {
             DeliveryError::TimedOut => Some("deadline"),
             DeliveryError::Connect(ConnectError::TimedOut) => Some("connect-timeout"),
             DeliveryError::Connect(ConnectError::Failed(e)) => match e.as_db_error() {
                 Some(db) => by_code(db.code().code()),
+                // A certificate refused is a configuration to fix, never an outage to wait out.
+                None if tls_refused(e) => None,
                 None if io_error(e) || e.is_closed() => Some("connect-failed"),
                 None => None,
             },
@@ -124,6 +120,18 @@ impl DeliveryError {
             },
             DeliveryError::Effect(_) => None,
         }
+    }
+}
+
+/// The reason a server's SQLSTATE names for the database being unavailable (the table of
+/// [`DeliveryError::unavailable`]), or `None` for an error of the delivery's own.
+fn unavailable_by_code(code: &str) -> Option<&'static str> {
+    match code {
+        "53300" => Some("too-many-connections"),
+        "57P01" | "57P02" | "57P03" => Some("server-unavailable"),
+        "57014" => Some("statement-timeout"),
+        c if c.starts_with("08") => Some("connection-lost"),
+        _ => None,
     }
 }
 
@@ -164,6 +172,40 @@ mod tests {
         source
             .and_then(|s| s.downcast_ref::<T>())
             .is_some_and(|s| std::ptr::eq(s, inner))
+    }
+
+    /// What waiting heals is queued; what it cannot is a 500: a refused password (28P01), a
+    /// permission (42501), a constraint or an effect's own exception.
+    #[test]
+    fn only_what_waiting_heals_is_unavailable() {
+        for (code, reason) in [
+            ("53300", "too-many-connections"),
+            ("57P01", "server-unavailable"),
+            ("57P02", "server-unavailable"),
+            ("57P03", "server-unavailable"),
+            ("57014", "statement-timeout"),
+            ("08006", "connection-lost"),
+            ("08001", "connection-lost"),
+        ] {
+            assert_eq!(unavailable_by_code(code), Some(reason), "{code}");
+        }
+        for code in [
+            "28P01", "28000", "42501", "23505", "P0001", "22003", "57P04", "53200",
+        ] {
+            assert_eq!(unavailable_by_code(code), None, "{code}");
+        }
+        assert_eq!(DeliveryError::TimedOut.unavailable(), Some("deadline"));
+        assert_eq!(
+            DeliveryError::Connect(ConnectError::TimedOut).unavailable(),
+            Some("connect-timeout")
+        );
+        assert_eq!(
+            DeliveryError::Connect(ConnectError::Credentials(AuthError::new("x".into())))
+                .unavailable(),
+            None
+        );
+        // A driver error with neither a server's code nor a lost connection: a 500.
+        assert_eq!(DeliveryError::Failed(driver_error()).unavailable(), None);
     }
 
     #[test]
