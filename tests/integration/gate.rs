@@ -166,14 +166,45 @@ async fn one_claim_drives_one_effect_call_even_with_its_setting_forged_again() {
         ),
     ] {
         let sql = rearmed(event, &first, CREDIT);
-        assert_eq!(sqlstate(&login, &sql).await, DENIED, "{sql}");
+        let refused = login.batch_execute(&sql).await.expect_err(&sql);
+        let db_error = refused.as_db_error().expect("the server's refusal");
+        assert_eq!(db_error.code().code(), DENIED, "{sql}");
+        // Refused by the second effect's take, not by the first call or anything else.
+        let context = db_error.where_().unwrap_or_default();
+        assert!(
+            db_error.message().contains("no effect took")
+                && context.contains("claimonce_take_claim_v1")
+                && context.contains("stripe_credit_v1")
+                && !context.contains("claimonce_forward_v2"),
+            "{sql}: refused elsewhere: {} / {context}",
+            db_error.message()
+        );
         login.batch_execute("ROLLBACK").await.expect("end it");
     }
+    // The forward's positive control: a forward alone under its claim writes its row.
+    assert_eq!(
+        sqlstate(
+            &login,
+            &rearmed(
+                "evt_forward_alone",
+                "SELECT claimonce_forward_v2('stripe', 'evt_forward_alone', 'stripe.x', '{}', \
+                 NULL, NULL)",
+                "SELECT 1"
+            )
+        )
+        .await,
+        "ok"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE event_id = 'evt_forward_alone'")
+            .await,
+        1
+    );
     assert_eq!(credited().await, 1000, "nothing but the first transaction");
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events").await,
-        1,
-        "the refused transactions left no claim"
+        2,
+        "the refused transactions left no claim (the credit's and the forward's alone)"
     );
 }
 
