@@ -807,3 +807,76 @@ async fn in_a_storm_of_effects_past_their_deadline_every_200_is_durable_and_ever
     );
     assert_eq!(idle_in_transaction(&db).await, 0);
 }
+
+/// The two ways a Rust effect's transaction can end without an answer that says it is over,
+/// each discarding the connection so that no later delivery runs inside what is left of it:
+/// a `COMMIT` the server refuses (a deferred constraint raising at commit: 500, nothing
+/// written) and a `ROLLBACK` whose answer never comes (the effect failed, then the answer to
+/// its rollback was lost: 500, nothing written). Each time the next delivery goes out on a
+/// new connection and applies once.
+#[tokio::test]
+async fn a_refused_commit_or_an_unanswered_rollback_discards_the_connection() {
+    let db = TestDb::new().await;
+    let (proxy, receiver) = proxied(&db, shopify()).await;
+    let connections = || proxy.traffic().0;
+
+    // A COMMIT the server refuses.
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'refused at commit'; END $$; \
+             CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON shopify_order_events \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()",
+        )
+        .await
+        .expect("a constraint checked at commit");
+    let before = connections();
+    assert_eq!(deliver(&receiver, &order(21, 0)).await.0, 500);
+    assert_eq!(
+        written(&db).await,
+        (0, 0, 0),
+        "the refused commit wrote nothing"
+    );
+    db.client()
+        .await
+        .batch_execute("DROP TRIGGER refuse_at_commit ON shopify_order_events")
+        .await
+        .expect("the constraint gone");
+    assert_eq!(
+        deliver(&receiver, &order(21, 0)).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        connections(),
+        before + 1,
+        "the connection whose COMMIT was refused was not used again"
+    );
+    assert_eq!(written(&db).await, (1, 1, 1));
+
+    // A ROLLBACK whose answer never comes: the effect fails (a value the table refuses), the
+    // rollback is sent, and its answer is lost.
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER TABLE shopify_order_events ADD CONSTRAINT not_order_22 \
+             CHECK (order_id <> 22)",
+        )
+        .await
+        .expect("a constraint the next order breaks");
+    proxy.inject(Fault::DropAnswerTo("ROLLBACK"));
+    let before = connections();
+    assert_eq!(deliver(&receiver, &order(22, 30)).await.0, 500);
+    assert_eq!(proxy.fired(), 1, "the rollback's answer was lost");
+    assert_eq!(written(&db).await, (1, 1, 1), "nothing of order 22");
+    assert_eq!(
+        deliver(&receiver, &order(23, 1)).await,
+        (200, "processed".into())
+    );
+    assert_eq!(
+        connections(),
+        before + 1,
+        "a new connection after the lost rollback"
+    );
+    assert_eq!(written(&db).await, (2, 2, 2));
+}
