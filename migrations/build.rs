@@ -31,10 +31,14 @@ fn main() {
             "cargo:rerun-if-changed={}",
             provider.folder.join("Cargo.toml").display()
         );
-        println!(
-            "cargo:rerun-if-changed={}",
-            provider.folder.join("migrations").display()
-        );
+        // Only a folder that exists: cargo runs a script again on every build while a path it
+        // was told to watch is missing (a new folder shows in `functions/` above).
+        if provider.folder.join("migrations").is_dir() {
+            println!(
+                "cargo:rerun-if-changed={}",
+                provider.folder.join("migrations").display()
+            );
+        }
         sets.push((Some(provider.provider), provider.migrations));
     }
     // A crate with migrations but no registry entry would have them silently left out.
@@ -76,16 +80,16 @@ fn main() {
     }
     found.sort();
     let list = |keep: &dyn Fn(&Option<String>) -> bool| {
-        let mut out = String::from("&[\n");
-        for (version, label, path, _) in found.iter().filter(|m| keep(&m.3)) {
-            let _ = writeln!(
-                out,
-                "    Migration {{ version: {version}, name: {label:?}, sql: include_str!({:?}) }},",
-                path.display().to_string()
-            );
-        }
-        out.push(']');
-        out
+        let files: Vec<MigrationFile> = found
+            .iter()
+            .filter(|m| keep(&m.3))
+            .map(|(version, name, path, _)| MigrationFile {
+                version: *version,
+                name: name.clone(),
+                path: path.clone(),
+            })
+            .collect();
+        claimonce_registry::migration_list(&files).unwrap_or_else(|e| panic!("{e}"))
     };
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("set by cargo"));
     let write = |file: &str, text: String| {

@@ -340,6 +340,51 @@ pub fn migration_files(folder: &Path) -> Result<Vec<MigrationFile>, String> {
     Ok(found)
 }
 
+/// The Rust text of a `&[claimonce::migrate::Migration]` holding `files` in the order given,
+/// each file's SQL included from its absolute path: what a build script writes for `include!`.
+pub fn migration_list(files: &[MigrationFile]) -> Result<String, String> {
+    let mut out = String::from("&[\n");
+    for file in files {
+        let path = file
+            .path
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", file.path.display()))?;
+        out.push_str(&format!(
+            "    Migration {{ version: {}, name: {:?}, sql: include_str!({:?}) }},\n",
+            file.version,
+            file.name,
+            path.display().to_string()
+        ));
+    }
+    out.push(']');
+    Ok(out)
+}
+
+/// For a provider crate kept outside claimonce's repository: its build script's one call.
+/// Reads the crate's `migrations/` folder (`V<n>__<name>.sql`, numbered from 10000 up, the
+/// range claimonce leaves to such crates), writes their list to `$OUT_DIR/migrations.rs` for
+/// `pub const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));`
+/// and tells cargo to build again when the folder changes. The same reader as the local run's,
+/// so the migrate binary applies exactly what the folder holds.
+pub fn embed_crate_migrations() -> Result<(), String> {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?;
+    let out = std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?;
+    let folder = Path::new(&dir).join("migrations");
+    println!("cargo:rerun-if-changed={}", folder.display());
+    let files = migration_files(&folder)?;
+    if let Some(low) = files.iter().find(|f| f.version < 10_000) {
+        return Err(format!(
+            "{}: a crate outside claimonce's repository numbers its migrations from 10000 up",
+            low.path.display()
+        ));
+    }
+    std::fs::write(
+        Path::new(&out).join("migrations.rs"),
+        migration_list(&files)?,
+    )
+    .map_err(|e| format!("writing the migration list: {e}"))
+}
+
 /// A provider crate, as its manifest registers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provider {
@@ -549,6 +594,31 @@ pub fn providers(root: &Path) -> Result<Vec<Provider>, String> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The list a build script writes names each file's version and name and includes its SQL
+    /// from its absolute path, in the order given.
+    #[test]
+    fn a_migration_list_includes_each_file_by_its_absolute_path() {
+        let dir = std::env::temp_dir().join(format!("claimonce-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        for file in ["V10001__b.sql", "V10000__a.sql"] {
+            std::fs::write(dir.join(file), "SELECT 1;").expect("a file");
+        }
+        let files = migration_files(&dir).expect("read");
+        let list = migration_list(&files).expect("a list");
+        let absolute = dir.canonicalize().expect("a path");
+        assert_eq!(
+            list,
+            format!(
+                "&[\n    Migration {{ version: 10000, name: \"a\", sql: include_str!({:?}) }},\n    \
+                 Migration {{ version: 10001, name: \"b\", sql: include_str!({:?}) }},\n]",
+                absolute.join("V10000__a.sql").display().to_string(),
+                absolute.join("V10001__b.sql").display().to_string()
+            )
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
     use super::*;
 
     const MANIFEST: &str = r#"

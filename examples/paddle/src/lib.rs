@@ -16,13 +16,10 @@ use serde::Deserialize;
 
 pub use scheme::PaddleSignature;
 
-/// This crate's migrations, applied after claimonce's shared ones. Numbered from 10000 up, the
-/// range claimonce leaves to provider crates outside its repository.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 10000,
-    name: "paddle_balances",
-    sql: include_str!("../migrations/V10000__paddle_balances.sql"),
-}];
+/// This crate's migrations, applied after claimonce's shared ones: what `migrations/` holds,
+/// listed by `build.rs`. Numbered from 10000 up, the range claimonce leaves to provider crates
+/// outside its repository.
+pub const MIGRATIONS: &[Migration] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 
 /// The Paddle receiver's provider half.
 #[derive(Debug, Clone)]
