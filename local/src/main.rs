@@ -33,7 +33,12 @@ const USAGE: &str = "usage:
                                                         and drains it, and SIGUSR1 takes the
                                                         database down for the functions and back
   claimonce-local sign <event.json>...                  re-sign sample events in place
-  claimonce-local send <event.json> [--url URL]         re-sign and POST an event (default URL http://127.0.0.1:9000)
+  claimonce-local send <event.json> [--url URL] [--as-is]
+                                                        re-sign and POST an event (default URL
+                                                        http://127.0.0.1:9000, the front's base,
+                                                        no path); --as-is sends it as the file
+                                                        holds it, signature and all, so a changed
+                                                        or stale one shows its 400
   claimonce-local --help                                this text
 
 environment:
@@ -67,6 +72,7 @@ enum Command {
     Send {
         file: String,
         url: String,
+        as_is: bool,
     },
     Help,
 }
@@ -79,7 +85,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut parser = lexopt::Parser::from_args(args);
     let mut subcommand: Option<String> = None;
     let (mut port, mut instances, mut url, mut json) = (9000_u16, 2_usize, None::<String>, false);
-    let mut spill = false;
+    let (mut spill, mut as_is) = (false, false);
     let mut files = Vec::new();
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
@@ -89,6 +95,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Long("url") => url = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
             Long("json") => json = true,
             Long("spill") => spill = true,
+            Long("as-is") => as_is = true,
             Value(value) => {
                 let value = value.string().map_err(lex)?;
                 if subcommand.is_none() {
@@ -109,6 +116,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
         "help" => Ok(Command::Help),
         "run" if !files.is_empty() => Err("run takes no file".into()),
         "run" if url.is_some() => misplaced("--url"),
+        "run" | "sign" if as_is => misplaced("--as-is"),
         "run" => Ok(Command::Run {
             port,
             instances,
@@ -124,6 +132,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Ok([file]) => Ok(Command::Send {
                 file,
                 url: url.unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+                as_is,
             }),
             Err(_) => Err("send needs exactly one event file".into()),
         },
@@ -148,7 +157,7 @@ async fn main() -> ExitCode {
             spill,
         }) => run(port, instances, json, spill).await,
         Ok(Command::Sign { files }) => sign_files(&files),
-        Ok(Command::Send { file, url }) => send(&file, &url).await,
+        Ok(Command::Send { file, url, as_is }) => send(&file, &url, as_is).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,13 +188,13 @@ fn sign_files(files: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-async fn send(path: &str, url: &str) -> Result<(), String> {
-    let authority = url
-        .strip_prefix("http://")
-        .ok_or("--url must be an http:// URL")?
-        .trim_end_matches('/');
+async fn send(path: &str, url: &str, as_is: bool) -> Result<(), String> {
+    let authority = front_authority(url)?;
     let mut event = read_event(path)?;
-    if claimonce_local::bridge::is_eventbridge(&event) {
+    if as_is {
+        // Exactly as the file holds it: a body changed after signing, or a signature past its
+        // tolerance, is refused as a sender's would be.
+    } else if claimonce_local::bridge::is_eventbridge(&event) {
         // Not signed: an EventBridge event carries no signature. Sent to the route of the
         // function that takes its source, as a rule would put it on that function's queue.
         let registry = functions::all()?;
@@ -198,6 +207,22 @@ async fn send(path: &str, url: &str) -> Result<(), String> {
     println!("POST {url}{route} -> {status}");
     println!("{}", String::from_utf8_lossy(&body));
     Ok(())
+}
+
+/// The `HOST:PORT` of `--url`: the front's base, `http://HOST:PORT`; the route comes from the
+/// event, so a path is a mistake to name rather than a port to misread.
+fn front_authority(url: &str) -> Result<&str, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("--url must be an http:// URL")?
+        .trim_end_matches('/');
+    if rest.contains('/') {
+        return Err(format!(
+            "--url is the front's base (http://HOST:PORT) without a path: the route comes from \
+             the event (given {url:?})"
+        ));
+    }
+    Ok(rest)
 }
 
 /// The database: `DATABASE_URL` when set, else a private server kept under
@@ -492,6 +517,7 @@ mod tests {
             "--json",
             "--spill",
             "--url",
+            "--as-is",
             "DATABASE_URL",
             "CLAIMONCE_LOCAL_DIR",
             "CLAIMONCE_PROJECT",
@@ -523,9 +549,25 @@ mod tests {
             parse("send e.json --url http://127.0.0.1:3000"),
             Ok(Command::Send {
                 file: "e.json".into(),
-                url: "http://127.0.0.1:3000".into()
+                url: "http://127.0.0.1:3000".into(),
+                as_is: false
             })
         );
+        assert_eq!(
+            parse("send e.json --as-is"),
+            Ok(Command::Send {
+                file: "e.json".into(),
+                url: "http://127.0.0.1:9000".into(),
+                as_is: true
+            })
+        );
+        assert_eq!(
+            front_authority("http://127.0.0.1:9000/"),
+            Ok("127.0.0.1:9000")
+        );
+        let with_path =
+            front_authority("http://127.0.0.1:9000/webhooks/stripe").expect_err("a path");
+        assert!(with_path.contains("without a path"), "{with_path}");
         for wrong in [
             "--bogus",
             "frobnicate",
@@ -537,6 +579,8 @@ mod tests {
             "run extra.json",
             "sign a.json --json",
             "send a.json --spill",
+            "run --as-is",
+            "sign a.json --as-is",
         ] {
             assert!(parse(wrong).is_err(), "{wrong}");
         }

@@ -45,14 +45,18 @@ pub async fn localstripe() -> Result<String, String> {
 /// the AWS CLI), installed by `scripts/test-tools` into a private virtualenv the first time.
 pub async fn tools_bin() -> Result<std::path::PathBuf, String> {
     let script = crate::functions::workspace_root().join("scripts/test-tools");
+    // Its progress goes to this terminal: the first install (about 490 MB of emulators into
+    // ~/.cache/claimonce, once) takes a minute or more, which would otherwise pass in silence.
     let tools = tokio::process::Command::new(&script)
+        .stderr(std::process::Stdio::inherit())
         .output()
         .await
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !tools.status.success() {
         return Err(format!(
-            "scripts/test-tools (installs the emulators into a private virtualenv): {}",
-            String::from_utf8_lossy(&tools.stderr).trim()
+            "scripts/test-tools (installs the emulators into a private virtualenv) failed with \
+             {}: its output is above",
+            tools.status
         ));
     }
     Ok(std::path::PathBuf::from(
