@@ -9,6 +9,7 @@ pub mod bridge;
 pub mod functions;
 pub mod gateway;
 pub mod http;
+pub mod kit;
 pub mod migrations;
 pub mod moto;
 pub mod outage;

@@ -7,15 +7,12 @@
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use claimonce::Provider;
-use claimonce::db::{Database, Settings, Timeouts};
-use claimonce::log::Log;
+use claimonce::Receiver;
 use claimonce::timestamp::unix_now;
 use claimonce::verify::Sign;
-use claimonce::{Limits, Receiver};
-use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_local::kit::{self, Binary, answer};
 use claimonce_local::scratch::{Scratch, ScratchDb};
 use paddle_webhook::{MIGRATIONS, Paddle, PaddleSignature};
 use serde_json::{Value, json};
@@ -29,13 +26,11 @@ const TOLERANCE: u64 = 300;
 
 static SCRATCH: OnceCell<Scratch> = OnceCell::const_new();
 
+/// The test process's databases: claimonce's shared migrations and this crate's.
 async fn scratch() -> &'static Scratch {
     SCRATCH
         .get_or_init(|| async {
-            let migrations =
-                claimonce::migrate::sequence(&[claimonce_migrations::SHARED, MIGRATIONS])
-                    .expect("one sequence");
-            Scratch::start("paddle-test", migrations)
+            kit::databases("paddle-test", MIGRATIONS)
                 .await
                 .expect("a private PostgreSQL")
         })
@@ -51,15 +46,7 @@ async fn migrated() -> (ScratchDb<'static>, Client, String) {
 }
 
 fn receiver(url: &str) -> Receiver<Paddle> {
-    let timeouts = Timeouts::new(Duration::from_secs(2), Duration::from_secs(5));
-    let settings = Settings::from_url(url, None, timeouts).expect("settings");
-    let provider = Paddle::new(&[SECRET], TOLERANCE).expect("a secret");
-    Receiver::new(
-        provider,
-        Database::new(settings),
-        Limits::default(),
-        Log::capture().0,
-    )
+    kit::receiver(url, Paddle::new(&[SECRET], TOLERANCE).expect("a secret")).expect("a receiver")
 }
 
 /// The sample delivery (`events/paddle/transaction.completed.json`), with `body` if given,
@@ -74,12 +61,10 @@ fn sample(body: Option<&str>, secret: &str) -> Value {
     if let Some(body) = body {
         event["body"] = json!(body);
     }
-    let signer = PaddleSignature::new(&[secret], 0).expect("a secret");
-    let body = event["body"].as_str().expect("a text body").to_owned();
-    for (name, value) in signer.sign(body.as_bytes(), unix_now(), "") {
-        event["headers"][name] = json!(value);
-    }
-    event
+    kit::sign(
+        event,
+        &PaddleSignature::new(&[secret], 0).expect("a secret"),
+    )
 }
 
 /// A body of the sample's shape: event `id`, type `kind`, `grand_total` in EUR.
@@ -100,56 +85,30 @@ fn body(id: &str, kind: &str, grand_total: &str) -> String {
     .to_string()
 }
 
-/// (status, disposition or problem type) of a response payload.
-fn answer(payload: &Value) -> (u64, String) {
-    let body: Value =
-        serde_json::from_str(payload["body"].as_str().expect("a body")).expect("a JSON body");
-    let said = body["disposition"].as_str().or(body["type"].as_str());
-    (
-        payload["statusCode"].as_u64().expect("a status"),
-        said.expect("a disposition or a problem").to_owned(),
-    )
-}
-
-async fn deliver(receiver: &Receiver<Paddle>, event: &Value) -> (u64, String) {
-    let payload = receiver.handle_event(&event.to_string()).await;
-    answer(&serde_json::to_value(&payload).expect("a payload"))
+async fn deliver(receiver: &Receiver<Paddle>, event: &Value) -> (u16, String) {
+    kit::deliver(receiver, event).await
 }
 
 async fn count(client: &Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).await.expect(sql).get(0)
+    kit::count(client, sql).await.expect(sql)
 }
 
-/// One running copy of a binary of this crate under the Runtime API emulator; the copy is
-/// stopped when the returned child is dropped.
-async fn under_the_emulator(
-    binary: &str,
-    path: &str,
-    env: &[(&str, &str)],
-) -> (RuntimeApi, tokio::process::Child) {
-    let api = RuntimeApi::start(binary).await.expect("the Runtime API");
-    let mut command = api.command(std::path::Path::new(path), env);
-    command.stdout(std::process::Stdio::null());
-    let child = command.spawn().expect("spawn the binary");
-    (api, child)
-}
-
-async fn invoke(api: &RuntimeApi, event: &Value) -> Value {
-    match api
-        .invoke(event.to_string(), Duration::from_secs(30))
+/// One of this crate's binaries under the Runtime API emulator.
+async fn under_the_emulator(binary: &str, path: &str, env: &[(&str, &str)]) -> Binary {
+    Binary::start(binary, path, env)
         .await
-        .expect("answered")
-    {
-        Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON"),
-        Outcome::Error(e) => panic!("the function failed: {}", String::from_utf8_lossy(&e)),
-    }
+        .expect("the binary under the emulator")
+}
+
+async fn invoke(binary: &Binary, event: &Value) -> Value {
+    binary.invoke(event).await.expect("answered")
 }
 
 #[tokio::test]
 async fn the_binaries_migrate_and_apply_the_sample_once_under_the_local_emulator() {
     let db = scratch().await.empty().await.expect("a database");
     // This deployment's migrate function: the shared migrations, then Paddle's 10000.
-    let (migrate, _migrate) = under_the_emulator(
+    let migrate = under_the_emulator(
         "paddle-migrate",
         env!("CARGO_BIN_EXE_paddle-migrate"),
         &[("DATABASE_URL", &db.admin_url())],
@@ -164,7 +123,7 @@ async fn the_binaries_migrate_and_apply_the_sample_once_under_the_local_emulator
     assert_eq!(outcome["applied"], json!(expected), "{outcome}");
 
     let url = db.login(Paddle::NAME).await.expect("the login");
-    let (webhook, _webhook) = under_the_emulator(
+    let webhook = under_the_emulator(
         "paddle-webhook",
         env!("CARGO_BIN_EXE_paddle-webhook"),
         &[("DATABASE_URL", &url), ("PADDLE_WEBHOOK_SECRET", SECRET)],
@@ -232,7 +191,7 @@ async fn the_signer_binary_signs_what_the_receiver_accepts() {
     for (name, value) in headers {
         event["headers"][name] = json!(value);
     }
-    let (webhook, _webhook) = under_the_emulator(
+    let webhook = under_the_emulator(
         "paddle-webhook",
         env!("CARGO_BIN_EXE_paddle-webhook"),
         &[("DATABASE_URL", &url), ("PADDLE_WEBHOOK_SECRET", SECRET)],
