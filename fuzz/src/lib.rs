@@ -18,7 +18,7 @@ use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
 use claimonce::pipeline::statement;
 use claimonce::verify::Sign;
-use claimonce::{Admitted, Limits, Plan, Problem, Provider, Receiver};
+use claimonce::{Admission, Admitted, Limits, Plan, Problem, Provider, Receiver};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use lambda_http::{Body, Request};
 
@@ -100,7 +100,9 @@ impl<P: Provider> Fuzzed for Registered<P> {
                     );
                     assert_eq!(rejection.problem.status(), 400);
                 }
-                Ok(Admitted { parsed, .. }) => {
+                // No provider here answers a handshake.
+                Ok(Admission::Handshake(_)) => {}
+                Ok(Admission::Delivery(Admitted { parsed, .. })) => {
                     let id = parsed.event_id.as_str();
                     assert!(!id.is_empty() && id.len() <= 255 && !id.contains('\0'));
                     if let Plan::Call(effect) = self.effects.plan(&parsed) {

@@ -16,7 +16,7 @@ use crate::effect::{Plan, RustEffect};
 use crate::fetch::{Incomplete, SenderApi};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
-use crate::response::{Problem, Rejection};
+use crate::response::{Handshake, Problem, Rejection};
 use crate::verify::{Scheme, Verified, Verify};
 
 /// What the signature covers: the raw body, its SHA-256, and what the scheme's signed headers
@@ -201,6 +201,20 @@ pub trait Provider: Send + Sync + 'static {
     /// transaction. Whatever it is runs only if this delivery wins the claim, and commits or
     /// rolls back with it.
     fn plan<'e>(&'e self, event: &'e Parsed<Self::Event>) -> Plan<Self::Rust<'e>>;
+
+    /// Answers a verified delivery that is no event but its sender checking the endpoint
+    /// (Slack's `url_verification`, whose `challenge` comes back in the body) with a small JSON
+    /// object of the provider's own ([`Handshake::json`]), before any parsing: no claim, nothing
+    /// written, logged as `handshake`. `None`, the default, for a delivery that is an event,
+    /// which [`Provider::parse`] then reads.
+    fn handshake(
+        &self,
+        signed: &Signed<'_>,
+        unsigned: &Unsigned<'_>,
+    ) -> Option<Result<Handshake, Rejection>> {
+        let _ = (signed, unsigned);
+        None
+    }
 
     /// Unwraps an event its sender delivered through Amazon EventBridge (the envelope's
     /// `detail`, as the sender wrote it) into the body and headers its webhook would have

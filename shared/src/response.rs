@@ -85,6 +85,42 @@ impl Rejection {
     }
 }
 
+/// A provider's own answer to a verified delivery that is not an event but its sender checking
+/// the endpoint (Slack's `url_verification`, whose `challenge` must come back): a small JSON
+/// object, answered 200 with no claim and nothing written ([`crate::Provider::handshake`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handshake(String);
+
+impl Handshake {
+    /// The largest answer, in bytes: a handshake echoes a token, never a payload.
+    pub const MAX_BYTES: usize = 4096;
+
+    /// The answer `object`, which must be a JSON object of at most [`Handshake::MAX_BYTES`]
+    /// bytes as written; anything else is a 400 (`invalid-payload`), as what the sender asked
+    /// for cannot be answered.
+    pub fn json(object: &serde_json::Value) -> Result<Self, Rejection> {
+        let refused = || {
+            Rejection::new(
+                Problem::InvalidPayload,
+                "the handshake's answer would not be a JSON object of at most 4096 bytes",
+            )
+        };
+        if !object.is_object() {
+            return Err(refused());
+        }
+        let text = serde_json::to_string(object).map_err(|_| refused())?;
+        if text.len() > Self::MAX_BYTES {
+            return Err(refused());
+        }
+        Ok(Self(text))
+    }
+
+    /// The answer's body.
+    pub fn body(&self) -> &str {
+        &self.0
+    }
+}
+
 /// How a delivery ended. Each one is logged with this name and answered with one status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -103,6 +139,8 @@ pub enum Disposition {
     /// queue, to be applied through the same claim when the database is back
     /// ([`crate::spill`]).
     Queued,
+    /// A verified handshake, answered with the provider's own body; nothing claimed.
+    Handshake(Handshake),
 }
 
 impl Disposition {
@@ -115,6 +153,7 @@ impl Disposition {
             Disposition::Rejected(_) => "rejected",
             Disposition::Error => "error",
             Disposition::Queued => "queued",
+            Disposition::Handshake(_) => "handshake",
         }
     }
 
@@ -124,7 +163,8 @@ impl Disposition {
             Disposition::Processed
             | Disposition::Duplicate
             | Disposition::Ignored
-            | Disposition::Queued => StatusCode::OK,
+            | Disposition::Queued
+            | Disposition::Handshake(_) => StatusCode::OK,
             Disposition::Rejected(r) => r.problem.status(),
             Disposition::Error => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -141,6 +181,7 @@ impl Disposition {
                 "application/json",
                 format!("{{\"disposition\":\"{}\"}}", self.name()),
             ),
+            Disposition::Handshake(h) => ("application/json", h.body().to_owned()),
             Disposition::Rejected(r) => (
                 "application/problem+json",
                 problem_json(
@@ -193,4 +234,37 @@ fn problem_json(kind: &str, title: &str, status: StatusCode, detail: &str) -> St
         detail,
     })
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handshake's answer is a small JSON object, answered 200 as written; anything else is
+    /// refused as a payload that cannot be answered.
+    #[test]
+    fn a_handshake_answers_a_small_json_object_and_nothing_else() {
+        let answer = Handshake::json(&serde_json::json!({"challenge": "abc"})).expect("an object");
+        let response = Disposition::Handshake(answer).into_response();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.body().as_ref(), br#"{"challenge":"abc"}"#);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+        let big = "x".repeat(Handshake::MAX_BYTES);
+        for refused in [
+            serde_json::json!("abc"),
+            serde_json::json!(["abc"]),
+            serde_json::json!({ "challenge": big }),
+        ] {
+            assert_eq!(
+                Handshake::json(&refused).map_err(|r| r.problem),
+                Err(Problem::InvalidPayload)
+            );
+        }
+    }
 }

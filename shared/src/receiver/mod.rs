@@ -187,7 +187,7 @@ impl<P: Provider> Receiver<P> {
 
     /// Everything before the database: method, size, signature, parsing. Pure but for the
     /// clock; a request it refuses never reaches the database.
-    pub fn admit(&self, request: &Request, now: u64) -> Result<Admitted<P::Event>, Rejection> {
+    pub fn admit(&self, request: &Request, now: u64) -> Result<Admission<P::Event>, Rejection> {
         if request.method() != Method::POST {
             return Err(Rejection::new(
                 Problem::MethodNotAllowed,
@@ -218,12 +218,15 @@ impl<P: Provider> Receiver<P> {
             }
             None => Unsigned::new(request.headers()),
         };
+        if let Some(answer) = provider.handshake(&signed, &unsigned) {
+            return answer.map(Admission::Handshake);
+        }
         let parsed = provider.parse(&signed, &unsigned)?;
-        Ok(Admitted {
+        Ok(Admission::Delivery(Admitted {
             parsed,
             payload_sha256: *signed.sha256(),
             read_headers: read.into_inner(),
-        })
+        }))
     }
 
     async fn deliver(&self, request: &Request) -> Outcome {
@@ -231,7 +234,17 @@ impl<P: Provider> Receiver<P> {
             .with_fresh_secrets(|| self.admit(request, unix_now()))
             .await
         {
-            Ok(admitted) => admitted,
+            Ok(Admission::Delivery(admitted)) => admitted,
+            Ok(Admission::Handshake(answer)) => {
+                return Outcome {
+                    event_id: None,
+                    event_type: None,
+                    delivery_id: None,
+                    disposition: Disposition::Handshake(answer),
+                    error: None,
+                    waits_for_database: false,
+                };
+            }
             Err(r) => return Outcome::rejected(r, None),
         };
         let Admitted {
@@ -361,6 +374,16 @@ impl<P: Provider> Receiver<P> {
             }
         }
     }
+}
+
+/// What a request that passed every check before the database is: an event to claim, or a
+/// handshake its provider answers ([`Provider::handshake`]).
+#[derive(Debug)]
+pub enum Admission<E> {
+    /// An event, to complete, claim and apply.
+    Delivery(Admitted<E>),
+    /// The sender checking the endpoint, answered with the provider's own body.
+    Handshake(crate::response::Handshake),
 }
 
 /// A request that passed every check before the database.
