@@ -42,6 +42,19 @@ pub const SPILL_ATTRIBUTE_ROOM: usize = 8192;
 /// `SPILL_QUEUE_URL` is set, and is this by default.
 pub const SPILL_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - SPILL_ATTRIBUTE_ROOM;
 
+/// How long SQS keeps a spilled message: the spill queues' and their dead-letter queues'
+/// `MessageRetentionPeriod` as the template sets it (14 days, SQS's longest). A message moved
+/// to a dead-letter queue keeps its first enqueue time, so no spilled message is older.
+pub const SPILL_RETENTION_SECONDS: u64 = 1_209_600;
+
+/// The oldest signature a spilled message can carry: kept at most
+/// [`SPILL_RETENTION_SECONDS`], it was verified on arrival within a tolerance of at most
+/// [`crate::config::MAX_TOLERANCE_SECONDS`]. The drain refuses an older signed time: such a
+/// record never came through the spill queue, and after the retention sweep (at least 31 days)
+/// it would be applied again.
+pub const SPILLED_SIGNATURE_MAX_AGE: u64 =
+    SPILL_RETENTION_SECONDS + crate::config::MAX_TOLERANCE_SECONDS;
+
 /// The attribute names, one place.
 const PROVIDER: &str = "claimonce-provider";
 const EVENT_ID: &str = "claimonce-event-id";

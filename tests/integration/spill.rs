@@ -817,6 +817,69 @@ async fn the_drain_applies_only_a_signed_delivery_from_its_own_queue() {
     );
 }
 
+/// No replay outlives its claim through the drain: a genuine, correctly signed delivery
+/// whose signature is 30 days old (older than any spilled message can be: the queues' 14 days
+/// and the largest tolerance) is refused as stale and applies nothing, even with no ledger row
+/// left to make it a duplicate (the sweep keeps rows at least 31 days); one signed 2 days ago,
+/// as a message kept through an outage may be, is applied. The bound is the template's: both
+/// spill queues keep a message 14 days.
+#[tokio::test]
+async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applies_a_younger_one() {
+    assert_eq!(
+        declared("MessageRetentionPeriod"),
+        claimonce::spill::SPILL_RETENTION_SECONDS.to_string(),
+        "the bound is the spill queue's retention as deployed"
+    );
+    let db = TestDb::new().await;
+    let queue = format!(
+        "http://127.0.0.1:9/123456789012/stripe-spill-age-{}",
+        std::process::id()
+    );
+    let own = claimonce_local::spill::queue_arn(&queue);
+    let function = start(
+        function("stripe"),
+        &db.function_url_as("stripe"),
+        &queue,
+        "http://127.0.0.1:9",
+    )
+    .await;
+    let day = 86_400;
+    let (old_body, old_signature) = signed_invoice(30 * day);
+    let answer = function
+        .invoke(&json!({"Records": [spilled_record(
+            "thirty-days",
+            &old_body,
+            &[("stripe-signature", &old_signature)],
+            &own
+        )]}))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"batchItemFailures": [{"itemIdentifier": "thirty-days"}]})
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+    let refused = function.lines("drained");
+    assert!(
+        refused.iter().any(|l| l["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("older than any spilled message can be"))),
+        "refused as stale: {refused:#?}"
+    );
+
+    let (body, signature) = signed_invoice(2 * day);
+    let answer = function
+        .invoke(&json!({"Records": [spilled_record(
+            "two-days",
+            &body,
+            &[("stripe-signature", &signature)],
+            &own
+        )]}))
+        .await;
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+}
+
 /// A function with no spill queue drains nothing: the genuine record is reported failed and
 /// nothing is written.
 #[tokio::test]

@@ -455,6 +455,19 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
 mod tests {
     use super::*;
 
+    /// No spilled message outlives the shortest ledger retention: the drain's bound on a
+    /// signed time (the spill queues' 14 days and the largest tolerance) is well inside it, so a
+    /// replay through the drain is refused before its claim could be swept.
+    #[test]
+    fn the_drain_s_signature_bound_is_well_inside_the_shortest_retention() {
+        let shortest = u64::from(MIN_RETENTION_DAYS) * 86_400;
+        assert!(
+            claimonce::spill::SPILLED_SIGNATURE_MAX_AGE * 2 < shortest,
+            "{} s against {shortest} s",
+            claimonce::spill::SPILLED_SIGNATURE_MAX_AGE
+        );
+    }
+
     #[test]
     fn the_registry_s_windows_are_the_built_in_default() {
         let policy = Policy::new(90, 5000)

@@ -164,8 +164,9 @@ impl<P: Provider> Receiver<P> {
         })
     }
 
-    /// A spilled delivery's signature checked with no timestamp tolerance, then the provider's
-    /// parser on what it proved.
+    /// A spilled delivery's signature checked without the webhook's tolerance but within the
+    /// age no spilled message can pass ([`crate::spill::SPILLED_SIGNATURE_MAX_AGE`]), then the
+    /// provider's parser on what it proved.
     fn reparse(
         &self,
         body: &[u8],
@@ -176,6 +177,15 @@ impl<P: Provider> Receiver<P> {
             .verifier()
             .ok_or_else(super::takes_no_webhooks)?
             .authenticate(headers, body)?;
+        if verified.signed_at.is_some_and(|at| {
+            unix_now().saturating_sub(at) > crate::spill::SPILLED_SIGNATURE_MAX_AGE
+        }) {
+            return Err(Rejection::new(
+                Problem::StaleTimestamp,
+                "the signature is older than any spilled message can be (the spill queues' \
+                 14 days and the largest tolerance)",
+            ));
+        }
         let signed = Signed::new(body, verified);
         let parsed = provider.parse(&signed, &Unsigned::new(headers))?;
         Ok((parsed, *signed.sha256()))
