@@ -99,16 +99,25 @@ impl SenderApi {
         }
     }
 
-    /// GETs `path` (it starts with `/` and may carry a query), within the configured time.
-    /// Any status is the caller's to judge; no answer (unreachable, too slow, rate limited) is
-    /// an error.
-    pub async fn get(&self, path: &str) -> Result<Fetched, Incomplete> {
+    /// GETs `path` (it starts with `/` and may carry a query) with `headers` beside the key
+    /// (a sender's account context, say: `("stripe-context", "acct_…")`), within the configured
+    /// time. Any status is the caller's to judge; no answer (unreachable, too slow, rate
+    /// limited), or a header that cannot be sent, is an error.
+    pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Result<Fetched, Incomplete> {
         if !path.starts_with('/') {
             return Err(Incomplete("a path under the API starts with /".into()));
         }
         #[cfg(feature = "sender-api")]
         {
-            let headers = [self.key.bearer().map_err(Incomplete)?];
+            let mut sent_headers = vec![self.key.bearer().map_err(Incomplete)?];
+            for (name, value) in headers {
+                let name = http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| Incomplete(format!("{name:?} is not a header name")))?;
+                let value = http::HeaderValue::from_str(value)
+                    .map_err(|_| Incomplete(format!("the {name} header's value cannot be sent")))?;
+                sent_headers.push((name, value));
+            }
+            let headers = sent_headers;
             let sent = self.api.send(http::Method::GET, path, &headers, None);
             let answer = tokio::time::timeout(self.timeout, sent)
                 .await
@@ -126,7 +135,7 @@ impl SenderApi {
         }
         #[cfg(not(feature = "sender-api"))]
         {
-            let _ = self.timeout;
+            let _ = (self.timeout, headers);
             Err(Incomplete(
                 "built without claimonce's sender-api feature".into(),
             ))

@@ -388,8 +388,9 @@ struct StripeState {
     rate_limit_at: Option<usize>,
     /// The request answered with no events and `has_more` true.
     hollow_at: Option<usize>,
-    /// Objects served at their path (`/v1/invoices/in_1`), as `GET` of one returns it.
-    objects: std::collections::HashMap<String, Value>,
+    /// Objects served at their path (`/v1/invoices/in_1`) in their account's context (`None`:
+    /// the key's own account), as `GET` of one returns it.
+    objects: std::collections::HashMap<(Option<String>, String), Value>,
     /// The status the next object or event `GET`s are answered with instead, one each.
     failing: Vec<u16>,
     /// Held object and event `GET`s wait for a permit of this.
@@ -470,10 +471,20 @@ impl StripeApi {
         self.state.lock().expect("state").requests
     }
 
-    /// Serves `object` at `path` (`GET /v1/invoices/in_1`), as Stripe returns a retrieved one.
+    /// Serves `object` at `path` (`GET /v1/invoices/in_1`), as Stripe returns a retrieved one,
+    /// to the key's own account.
     pub fn put_object(&self, path: &str, object: Value) {
+        self.put_object_in(None, path, object);
+    }
+
+    /// Serves `object` at `path` in `context` (a connected account, `acct_…`): as Stripe does,
+    /// only to a request that names that account in its `Stripe-Context` header, 404 to any
+    /// other (the key's own account, or another context).
+    pub fn put_object_in(&self, context: Option<&str>, path: &str, object: Value) {
         let mut state = self.state.lock().expect("state");
-        state.objects.insert(path.to_owned(), object);
+        state
+            .objects
+            .insert((context.map(str::to_owned), path.to_owned()), object);
     }
 
     /// The next object or event `GET` is answered `status` (Stripe's error body).
@@ -497,7 +508,7 @@ impl StripeApi {
     /// `GET /v1/events/{id}` and `GET` of an object put here: the object, or Stripe's
     /// `resource_missing` 404 (its error shape in the API description); after a held wait, or
     /// a failure the test asked for.
-    async fn retrieve(&self, path: &str) -> Reply {
+    async fn retrieve(&self, path: &str, context: Option<&str>) -> Reply {
         let (held, failing) = {
             let mut state = self.state.lock().expect("state");
             state.fetched.push(path.to_owned());
@@ -520,8 +531,16 @@ impl StripeApi {
                 .await
                 .into_iter()
                 .map(|(e, _)| e)
-                .find(|e| e["id"] == id),
-            None => self.state.lock().expect("state").objects.get(path).cloned(),
+                // An event is its account's: a connected account's (its `account`) only in
+                // that context, the key's own account's only without one.
+                .find(|e| e["id"] == id && e["account"].as_str() == context),
+            None => self
+                .state
+                .lock()
+                .expect("state")
+                .objects
+                .get(&(context.map(str::to_owned), path.to_owned()))
+                .cloned(),
         };
         match found {
             Some(object) => reply(200, &[], object),
@@ -600,7 +619,15 @@ impl StripeApi {
             return self.thin_events(request.uri(), hollow).await;
         }
         if request.uri().path() != "/v1/events" {
-            return self.retrieve(request.uri().path()).await;
+            // The account a request acts in: the key's own, or the one its Stripe-Context names.
+            let context = request
+                .headers()
+                .get("stripe-context")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            return self
+                .retrieve(request.uri().path(), context.as_deref())
+                .await;
         }
         let q = query(request.uri());
         let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());

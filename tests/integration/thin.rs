@@ -130,6 +130,78 @@ async fn a_thin_event_is_applied_from_the_object_stripe_holds() {
     );
 }
 
+/// A connected account's thin event is completed in its `context`: the related invoice, which
+/// Stripe serves only to a request naming that account in `Stripe-Context` (a request without
+/// it gets 404, as the stand-in shows), is read in that context and credited; a second copy is
+/// a duplicate. A 404 in a context the key does not reach is a 500 that says so, never a silent
+/// `ignored`, and claims nothing; the same 404 with no context is still `ignored`.
+#[tokio::test]
+async fn a_connected_account_s_thin_event_is_completed_in_its_context_and_never_silently_dropped() {
+    let db = TestDb::new().await;
+    let api = StripeApi::start(KEY, 10, None).await;
+    api.put_object_in(
+        Some("acct_1Connected"),
+        "/v1/invoices/in_connect1",
+        invoice("in_connect1", "cus_Connect1", 4200),
+    );
+    let f = start(&db, &api, "3000").await;
+    let mut connected = thin(
+        "evt_test_connect1",
+        "v1.invoice.paid",
+        Some("/v1/invoices/in_connect1"),
+        None,
+    );
+    connected["context"] = json!("acct_1Connected");
+    for expected in ["processed", "duplicate"] {
+        assert_eq!(
+            payload_outcome(&f.invoke(&stripe_webhook_of(&connected)).await),
+            (200, expected.into())
+        );
+    }
+    assert_eq!(credit(&db).await, 4200);
+
+    // The context is what reaches the object: the same event without it finds nothing.
+    let mut unreachable = thin(
+        "evt_test_connect2",
+        "v1.invoice.paid",
+        Some("/v1/invoices/in_connect1"),
+        None,
+    );
+    unreachable["context"] = json!("acct_1NotOurs");
+    let (status, _) = payload_outcome(&f.invoke(&stripe_webhook_of(&unreachable)).await);
+    assert_eq!(
+        status, 500,
+        "a 404 in another account's context is not ignored"
+    );
+    let lines = f.lines("delivery");
+    assert!(
+        lines.iter().any(|l| l["event_id"] == "evt_test_connect2"
+            && l["error"].as_str().is_some_and(
+                |e| e.contains("in context acct_1NotOurs") && e.contains("not ignored")
+            )),
+        "{lines:#?}"
+    );
+    let mut platform = thin(
+        "evt_test_connect3",
+        "v1.invoice.paid",
+        Some("/v1/invoices/in_connect1"),
+        None,
+    );
+    platform["context"] = Value::Null;
+    assert_eq!(
+        payload_outcome(&f.invoke(&stripe_webhook_of(&platform)).await),
+        (200, "ignored".into()),
+        "without a context the invoice is not the key's account's: gone"
+    );
+    assert_eq!(credit(&db).await, 4200);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_test_connect2'")
+            .await,
+        0,
+        "the unreachable event is not claimed: Stripe's retry can still apply it"
+    );
+}
+
 /// A snapshot event and its thin twin (`snapshot_event`) are one claim, whichever comes
 /// first and by whichever path: the snapshot by webhook, then its twin (a duplicate, after one
 /// `GET /v1/events/{id}`); then a thin event whose snapshot is the EventBridge sample, applied

@@ -10,9 +10,16 @@
 //!   under the thin event's id. The object may already be newer than the event: a subscription
 //!   kept from it is stamped with the time it was read, so it stays newest-wins against any
 //!   event created before that read.
-//! - A fetch answered 404 (the object or event is gone) is decided: the event is claimed and
-//!   answered `ignored`. Any other answer, or none within the bound, fails the delivery, and
-//!   Stripe's retry (or the queue's) tries again.
+//! - An event with a `context` (a connected account's, or another account of an
+//!   organization's) is completed in that context: every GET carries it as `Stripe-Context`,
+//!   as Stripe's SDKs fetch a thin event's related object (Stripe's "Stripe-Context header"
+//!   guide; the event's `context` is "the authentication context needed to fetch the event or
+//!   related object").
+//! - A fetch answered 404 with no context (the object or event is gone) is decided: the event
+//!   is claimed and answered `ignored`. With a context, a 404 may be the key not reaching that
+//!   account: the delivery fails (500) with a line that says so, and is never ignored. Any
+//!   other answer, or none within the bound, fails the delivery, and Stripe's retry (or the
+//!   queue's) tries again.
 //! - A `v2.` type has no effect here: claimed and ignored, with no fetch.
 
 use claimonce::fetch::{Incomplete, SenderApi};
@@ -28,6 +35,9 @@ pub struct Thin {
     pub related_url: Option<String>,
     /// `snapshot_event`: the id of the snapshot event this one stands for.
     pub snapshot_event: Option<String>,
+    /// `context`: the account the event happened in, when not the key's own (`acct_…`, or an
+    /// organization's path of them), sent as `Stripe-Context` with every fetch.
+    pub context: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -39,6 +49,8 @@ struct Notification {
     related_object: Option<Related>,
     #[serde(default)]
     snapshot_event: Option<String>,
+    #[serde(default)]
+    context: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +74,11 @@ fn is_plain_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 255 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// True for a context Stripe writes: ids (letters, digits, `_`) joined by `/`.
+fn is_context(context: &str) -> bool {
+    context.len() <= 255 && context.split('/').all(is_plain_id)
+}
+
 /// Reads a thin event notification (`"object": "v2.core.event"`).
 pub fn parse_thin(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
     let n: Notification =
@@ -80,6 +97,9 @@ pub fn parse_thin(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
             "the thin event's snapshot_event is not an event id",
         ));
     }
+    if n.context.as_deref().is_some_and(|c| !is_context(c)) {
+        return Err(invalid("the thin event's context is not an account path"));
+    }
     if n.event_type.contains('\0') || n.event_type.len() > 255 {
         return Err(invalid("the thin event's type cannot be stored"));
     }
@@ -89,6 +109,7 @@ pub fn parse_thin(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
         StripeEvent::Thin(Thin {
             related_url,
             snapshot_event: n.snapshot_event,
+            context: n.context,
         }),
     ))
 }
@@ -106,13 +127,31 @@ pub async fn complete(
             StripeEvent::Other,
         )
     };
+    let context: Vec<(&str, &str)> = thin
+        .context
+        .as_deref()
+        .map(|c| ("stripe-context", c))
+        .into_iter()
+        .collect();
+    // A 404 in another account's context may be the key not reaching it, not the object gone:
+    // never decided as gone.
+    let not_found = |what: &str| match &thin.context {
+        None => Ok(gone()),
+        Some(context) => Err(Incomplete(format!(
+            "{what}: HTTP 404 in context {context}: the object is gone or the API key cannot \
+             reach that account (a Connect platform's secret or restricted key reaches its \
+             connected accounts); not ignored"
+        ))),
+    };
     if let Some(snapshot) = &thin.snapshot_event {
-        let fetched = api_of(api)?.get(&format!("/v1/events/{snapshot}")).await?;
+        let fetched = api_of(api)?
+            .get(&format!("/v1/events/{snapshot}"), &context)
+            .await?;
         return match fetched.status {
             200 => parse_event(&fetched.body).map_err(|r| {
                 Incomplete(format!("the snapshot event does not parse: {}", r.detail))
             }),
-            404 => Ok(gone()),
+            404 => not_found("GET /v1/events/<snapshot_event>"),
             status => Err(Incomplete(format!(
                 "GET /v1/events/<snapshot_event>: HTTP {status}"
             ))),
@@ -121,7 +160,7 @@ pub async fn complete(
     let (Some(kind), Some(url)) = (event.event_type.strip_prefix("v1."), &thin.related_url) else {
         return Ok(gone());
     };
-    let fetched = api_of(api)?.get(url).await?;
+    let fetched = api_of(api)?.get(url, &context).await?;
     match fetched.status {
         200 => {
             let object: &serde_json::value::RawValue = serde_json::from_slice(&fetched.body)
@@ -140,7 +179,7 @@ pub async fn complete(
             parsed.event_type.clone_from(&event.event_type);
             Ok(parsed)
         }
-        404 => Ok(gone()),
+        404 => not_found("GET related_object.url"),
         status => Err(Incomplete(format!("GET related_object.url: HTTP {status}"))),
     }
 }
@@ -171,13 +210,27 @@ mod tests {
             StripeEvent::Thin(Thin {
                 related_url: Some("/v1/invoices/in_1".into()),
                 snapshot_event: Some("evt_1QSnap".into()),
+                context: None,
             })
         );
+        let connected = String::from_utf8_lossy(body).replace(
+            r#""context":null"#,
+            r#""context":"org_1Abc/acct_1Connected""#,
+        );
+        let StripeEvent::Thin(thin) = parse_thin(connected.as_bytes())
+            .expect("a thin event")
+            .event
+        else {
+            panic!("not thin")
+        };
+        assert_eq!(thin.context.as_deref(), Some("org_1Abc/acct_1Connected"));
         for (from, to) in [
             ("/v1/invoices/in_1", "https://evil.example/v1/x"),
             ("/v1/invoices/in_1", "/v1/../v2/core/x"),
             ("/v1/invoices/in_1", "/v1/invoices/in_1?expand=x"),
             ("evt_1QSnap", "evt/../x"),
+            (r#""context":null"#, r#""context":"acct_1\r\nx-evil: 1""#),
+            (r#""context":null"#, r#""context":"acct_1//acct_2""#),
         ] {
             let bad = String::from_utf8_lossy(body).replace(from, to);
             assert!(parse_thin(bad.as_bytes()).is_err(), "{to}");
