@@ -202,6 +202,42 @@ async fn a_connected_account_s_thin_event_is_completed_in_its_context_and_never_
     );
 }
 
+/// A thin event whose type has no effect here is claimed and answered `ignored` without any
+/// read of Stripe's API: the restricted key DEPLOY prescribes may not read its object (a
+/// `v1.charge.succeeded` would get 403 on every retry), and there is nothing to apply.
+#[tokio::test]
+async fn a_thin_event_whose_type_has_no_effect_is_ignored_with_no_fetch() {
+    let db = TestDb::new().await;
+    let api = StripeApi::start(KEY, 10, None).await;
+    let f = start(&db, &api, "3000").await;
+    for (id, kind, url) in [
+        (
+            "evt_test_noeffect1",
+            "v1.charge.succeeded",
+            "/v1/charges/ch_1",
+        ),
+        (
+            "evt_test_noeffect2",
+            "v1.invoice.created",
+            "/v1/invoices/in_1",
+        ),
+    ] {
+        let event = thin(id, kind, Some(url), None);
+        assert_eq!(
+            payload_outcome(&f.invoke(&stripe_webhook_of(&event)).await),
+            (200, "ignored".into()),
+            "{kind}"
+        );
+    }
+    assert_eq!(api.fetched(), Vec::<String>::new(), "nothing read");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'evt_test_noeffect%'")
+            .await,
+        2,
+        "both claimed"
+    );
+}
+
 /// A snapshot event and its thin twin (`snapshot_event`) are one claim, whichever comes
 /// first and by whichever path: the snapshot by webhook, then its twin (a duplicate, after one
 /// `GET /v1/events/{id}`); then a thin event whose snapshot is the EventBridge sample, applied

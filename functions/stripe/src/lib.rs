@@ -167,6 +167,16 @@ fn invalid(detail: &'static str) -> Rejection {
     Rejection::new(Problem::InvalidPayload, detail)
 }
 
+/// The event types that have an effect here; every other is claimed and `ignored` (a thin
+/// one with no fetch).
+pub const EFFECT_TYPES: [&str; 5] = [
+    "checkout.session.completed",
+    "invoice.paid",
+    "customer.subscription.created",
+    "customer.subscription.updated",
+    "customer.subscription.deleted",
+];
+
 /// Reads a Stripe event body: the snapshot event format (`"object": "event"`), or a thin event
 /// (`"object": "v2.core.event"`, [`parse_thin`]), completed before its claim.
 pub fn parse_event(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
@@ -361,6 +371,29 @@ impl Provider for Stripe {
 
 #[cfg(test)]
 mod tests {
+
+    /// The list the thin events consult is the parser's: each listed type, for a customer, has
+    /// an effect, and a type off the list has none.
+    #[test]
+    fn the_effect_types_are_the_ones_the_parser_gives_an_effect() {
+        let object = r#"{"id":"x_1","object":"x","customer":"cus_1","amount_paid":1,
+            "customer_details":{"email":"a@example.com"},"status":"active"}"#;
+        for kind in EFFECT_TYPES
+            .iter()
+            .chain(&["charge.succeeded", "invoice.created"])
+        {
+            let body = format!(
+                r#"{{"id":"evt_1","object":"event","type":"{kind}","created":1,"data":{{"object":{object}}}}}"#
+            );
+            let parsed = parse_event(body.as_bytes()).expect("parses");
+            assert_eq!(
+                parsed.event != StripeEvent::Other,
+                EFFECT_TYPES.contains(kind),
+                "{kind}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

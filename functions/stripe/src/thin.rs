@@ -20,7 +20,9 @@
 //!   account: the delivery fails (500) with a line that says so, and is never ignored. Any
 //!   other answer, or none within the bound, fails the delivery, and Stripe's retry (or the
 //!   queue's) tries again.
-//! - A `v2.` type has no effect here: claimed and ignored, with no fetch.
+//! - A type with no effect here (`v1.charge.succeeded`, any `v2.`) is claimed and ignored with
+//!   no fetch: reading it would need a key with more rights than the effects, and a refusal
+//!   would fail the delivery on every retry.
 
 use claimonce::fetch::{Incomplete, SenderApi};
 use claimonce::{EventId, Parsed, Rejection};
@@ -127,6 +129,13 @@ pub async fn complete(
             StripeEvent::Other,
         )
     };
+    let has_effect = event
+        .event_type
+        .strip_prefix("v1.")
+        .is_some_and(|kind| crate::EFFECT_TYPES.contains(&kind));
+    if !has_effect {
+        return Ok(gone());
+    }
     let context: Vec<(&str, &str)> = thin
         .context
         .as_deref()
