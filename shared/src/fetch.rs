@@ -99,6 +99,11 @@ impl SenderApi {
         }
     }
 
+    /// How long one GET may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// GETs `path` (it starts with `/` and may carry a query) with `headers` beside the key
     /// (a sender's account context, say: `("stripe-context", "acct_…")`), within the configured
     /// time. Any status is the caller's to judge; no answer (unreachable, too slow, rate

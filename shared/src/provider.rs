@@ -226,6 +226,14 @@ pub trait Provider: Send + Sync + 'static {
         None
     }
 
+    /// Whether [`Provider::complete`] reads the sender's API for `event` (a drain then takes it
+    /// only while the sender's bound still fits before its invocation's deadline). `false`, the
+    /// default, for a provider that completes nothing.
+    fn completes(&self, event: &Parsed<Self::Event>) -> bool {
+        let _ = event;
+        false
+    }
+
     /// Completes an event that carries only a reference to its data (a Stripe thin event)
     /// from the sender's own API (`api`: `None` when the function has none configured), after
     /// it was verified and parsed and before its claim: outside any transaction, each GET

@@ -880,6 +880,98 @@ async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applie
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
 }
 
+/// A drained batch beats its invocation's deadline: six spilled thin events whose fetch from
+/// Stripe's API hangs, then one plain delivery, in one invocation of 15 s. Each thin record is
+/// taken only while its bounds (Stripe's 3 s and the database's) still fit, then the rest are
+/// reported failed untried; the plain record, which reads no API, is applied. The batch is
+/// answered before the deadline, where six fetches of 3 s each ran the whole batch past it and
+/// nothing of it was answered.
+#[tokio::test]
+async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
+    use claimonce_tests::senders::StripeApi;
+    let db = TestDb::new().await;
+    let api = StripeApi::start("rk_test_deadline", 10, None).await;
+    let _held = api.hold_retrievals();
+    let queue = format!(
+        "http://127.0.0.1:9/123456789012/stripe-spill-deadline-{}",
+        std::process::id()
+    );
+    let own = claimonce_local::spill::queue_arn(&queue);
+    let secret = function("stripe").dev_secret;
+    let function = start_with(
+        function("stripe"),
+        &db.function_url_as("stripe"),
+        &queue,
+        "http://127.0.0.1:9",
+        &[
+            ("STRIPE_API_KEY", "rk_test_deadline"),
+            ("STRIPE_API_BASE", &api.url),
+            ("SENDER_API_TIMEOUT_MS", "3000"),
+            ("DB_DELIVERY_TIMEOUT_MS", "2000"),
+        ],
+    )
+    .await;
+    let mut records = Vec::new();
+    for n in 1..=6 {
+        let body = json!({
+            "id": format!("evt_test_late{n}"), "object": "v2.core.event",
+            "type": "v1.invoice.paid", "livemode": false,
+            "created": "2026-12-02T10:00:00.000Z", "context": null,
+            "related_object": {"id": format!("in_late{n}"), "type": "invoice",
+                               "url": format!("/v1/invoices/in_late{n}")},
+        })
+        .to_string();
+        let signature = claimonce_tests::sign::stripe_header(secret, now(), body.as_bytes());
+        records.push(spilled_record(
+            &format!("thin-{n}"),
+            &body,
+            &[("stripe-signature", &signature)],
+            &own,
+        ));
+    }
+    let (plain, signature) = signed_invoice(0);
+    records.push(spilled_record(
+        "plain",
+        &plain,
+        &[("stripe-signature", &signature)],
+        &own,
+    ));
+    let answer = claimonce_tests::lambda::invoke(
+        &function.api,
+        &json!({ "Records": records }),
+        Duration::from_secs(15),
+    )
+    .await;
+    let failed: Vec<&str> = answer["batchItemFailures"]
+        .as_array()
+        .expect("a batch response")
+        .iter()
+        .filter_map(|f| f["itemIdentifier"].as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        ["thin-1", "thin-2", "thin-3", "thin-4", "thin-5", "thin-6"],
+        "every thin record failed, the plain one applied"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        1,
+        "the plain delivery, once"
+    );
+    let fetched = api.fetched().len();
+    assert!(
+        (1..6).contains(&fetched),
+        "some thin records were tried and the rest left untried: {fetched} fetched"
+    );
+    let untried = function.lines("drained");
+    assert!(
+        untried.iter().any(|l| l["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no longer fits before the invocation's deadline"))),
+        "{untried:#?}"
+    );
+}
+
 /// A function with no spill queue drains nothing: the genuine record is reported failed and
 /// nothing is written.
 #[tokio::test]

@@ -356,6 +356,10 @@ impl Provider for Stripe {
         Some(Ok(Bridged::body(detail)))
     }
 
+    fn completes(&self, event: &Parsed<StripeEvent>) -> bool {
+        matches!(event.event, StripeEvent::Thin(_))
+    }
+
     /// A thin event is completed from Stripe's API (`thin`); every other event is as parsed.
     async fn complete(
         &self,

@@ -279,6 +279,11 @@ impl Database {
         }
     }
 
+    /// The bounds on its waits.
+    pub fn timeouts(&self) -> &Timeouts {
+        self.settings.timeouts()
+    }
+
     /// Connections deliveries made since the last call, and starts counting again: what the
     /// delivery just finished reports as its `Reconnects` metric.
     pub fn take_reconnects(&self) -> u64 {

@@ -106,7 +106,7 @@ impl<P: Provider> Receiver<P> {
     /// response payload; an SQS event (the provider's spill queue, or its event queue of
     /// EventBridge events) is applied and answered with the messages to receive again.
     pub async fn handle_invocation(&self, event: &str) -> Answer {
-        self.answer(Instant::now(), read(event)).await
+        self.answer(Instant::now(), read(event), None).await
     }
 
     /// The answer to an invocation as read.
@@ -114,9 +114,10 @@ impl<P: Provider> Receiver<P> {
         &self,
         started: Instant,
         read: Result<Incoming, (Format, Rejection)>,
+        deadline: Option<tokio::time::Instant>,
     ) -> Answer {
         match read {
-            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records).await),
+            Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records, deadline).await),
             Ok(Incoming::UnreadableBatch(ids)) => {
                 self.refuse_batch(&ids);
                 Answer::Batch(crate::spill::BatchResponse::all_failed(&ids))
@@ -187,7 +188,15 @@ pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runt
                     event.context.deadline.saturating_sub(now_ms),
                 ));
             }
-            let payload = receiver.answer(started, event.payload.0).await;
+            // The invocation's deadline, for a batch to stop taking records before it.
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let deadline = tokio::time::Instant::now()
+                + std::time::Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
+            let payload = receiver
+                .answer(started, event.payload.0, Some(deadline))
+                .await;
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok::<_, lambda_runtime::Error>(payload)
         },

@@ -17,6 +17,7 @@ impl<P: Provider> Receiver<P> {
         bridge: &Bridge,
         record: &'r crate::spill::Record,
         unavailable: &mut Option<&'static str>,
+        deadline: Option<tokio::time::Instant>,
     ) -> (Outcome, Option<std::borrow::Cow<'r, str>>) {
         let envelope = match bridge.open(record.body()) {
             Ok(envelope) => envelope,
@@ -33,7 +34,7 @@ impl<P: Provider> Receiver<P> {
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
-            Ok((parsed, sha)) => match self.complete(parsed, sha).await {
+            Ok((parsed, sha)) => match self.complete_within(parsed, sha, deadline).await {
                 Err(outcome) => outcome,
                 Ok((parsed, _)) => {
                     let event_type = parsed.event_type.clone();

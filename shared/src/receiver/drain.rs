@@ -28,9 +28,15 @@ impl<P: Provider> Receiver<P> {
     /// the queue's stated receives; one the database could not take comes back after its
     /// visibility timeout. One log line per message (`drained` or `bridged`), the spilled
     /// ones with the `Drained` metric by provider and disposition.
+    ///
+    /// With the invocation's `deadline`, a record is taken only while its bounds still fit
+    /// before it: the database's (connect, delivery, a cancel's wait) for every record, and the
+    /// sender's API's too for one its provider completes from the API. The rest are reported
+    /// failed, untried, before the deadline: received again, never lost with the batch.
     pub(crate) async fn drain(
         &self,
         records: &[crate::spill::Record],
+        deadline: Option<tokio::time::Instant>,
     ) -> crate::spill::BatchResponse {
         let mut response = crate::spill::BatchResponse::default();
         // Once the database is found unavailable, the rest of the batch is not tried: each
@@ -38,14 +44,20 @@ impl<P: Provider> Receiver<P> {
         let mut unavailable: Option<&'static str> = None;
         for record in records {
             let started = Instant::now();
+            if !self.fits(deadline, false) {
+                response.fail(&record.message_id);
+                self.log_untried(record);
+                continue;
+            }
             let arn = record.event_source_arn.as_deref();
             let receive_count = record.receive_count();
             let eventbridge_id;
             let (outcome, via) = match &self.bridge {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
-                    (outcome, eventbridge_id) =
-                        self.bridged(bridge, record, &mut unavailable).await;
+                    (outcome, eventbridge_id) = self
+                        .bridged(bridge, record, &mut unavailable, deadline)
+                        .await;
                     let via = Via::EventBridge {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -54,7 +66,8 @@ impl<P: Provider> Receiver<P> {
                     (outcome, via)
                 }
                 _ => {
-                    let (outcome, queued_seconds) = self.drained(record, &mut unavailable).await;
+                    let (outcome, queued_seconds) =
+                        self.drained(record, &mut unavailable, deadline).await;
                     let via = Via::Spill {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -74,11 +87,62 @@ impl<P: Provider> Receiver<P> {
         response
     }
 
+    /// Whether a record's bounds fit before `deadline` (always, with none): the database's,
+    /// and with `api`, the sender's API's too.
+    fn fits(&self, deadline: Option<tokio::time::Instant>, api: bool) -> bool {
+        let Some(deadline) = deadline else {
+            return true;
+        };
+        let timeouts = self.database.timeouts();
+        let mut need = timeouts.connect + timeouts.delivery + crate::db::Timeouts::CANCEL;
+        if api {
+            need += self
+                .api
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, crate::fetch::SenderApi::timeout);
+        }
+        tokio::time::Instant::now() + need <= deadline
+    }
+
+    /// A record left untried because the invocation's deadline is too near: one WARN line, by
+    /// its message id; it is received again after its visibility timeout.
+    fn log_untried(&self, record: &crate::spill::Record) {
+        self.log.write(
+            crate::log::Level::Warn,
+            "not tried: too near the invocation's deadline; received again",
+            serde_json::json!({"sqs_message_id": record.message_id}),
+        );
+    }
+
+    /// [`Receiver::complete`] for a drained event, unless its provider would read the sender's
+    /// API for it and that bound no longer fits before the invocation's `deadline`.
+    pub(super) async fn complete_within(
+        &self,
+        parsed: Parsed<P::Event>,
+        payload_sha256: [u8; 32],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
+        if self.provider().completes(&parsed) && !self.fits(deadline, true) {
+            return Err(Outcome {
+                event_id: Some(parsed.event_id),
+                event_type: Some(parsed.event_type),
+                delivery_id: parsed.delivery_id,
+                ..Outcome::failed(
+                    "not completed: the sender's API bound no longer fits before the \
+                     invocation's deadline; received again"
+                        .to_owned(),
+                )
+            });
+        }
+        self.complete(parsed, payload_sha256).await
+    }
+
     /// One spilled delivery's outcome, and how long since it first arrived once it was read.
     async fn drained(
         &self,
         record: &crate::spill::Record,
         unavailable: &mut Option<&'static str>,
+        deadline: Option<tokio::time::Instant>,
     ) -> (Outcome, Option<u64>) {
         match self.restore(record).await {
             Err(Refused::Unreadable(why)) => (Outcome::failed(why), None),
@@ -92,7 +156,7 @@ impl<P: Provider> Receiver<P> {
                 received_at,
             }) => {
                 let queued = Some(unix_now().saturating_sub(received_at));
-                match self.complete(parsed, sha).await {
+                match self.complete_within(parsed, sha, deadline).await {
                     Ok((parsed, sha)) => {
                         (self.settle_queued(parsed, sha, unavailable).await, queued)
                     }
