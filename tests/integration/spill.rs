@@ -972,6 +972,41 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
     );
 }
 
+/// The binary drains its spill queue's dead-letter queue too, once `SPILL_DEAD_LETTER_QUEUE_ARN`
+/// names it (the template sets it; an operator turns that queue's event source on): a record
+/// from it is applied through the same claim, and one from a queue named nowhere is refused.
+#[tokio::test]
+async fn the_binary_drains_a_dead_letter_record_when_its_queue_is_named() {
+    let db = TestDb::new().await;
+    let queue = format!(
+        "http://127.0.0.1:9/123456789012/stripe-spill-dlq-{}",
+        std::process::id()
+    );
+    let dead_letters = format!("{}-dead-letters", claimonce_local::spill::queue_arn(&queue));
+    let function = start_with(
+        function("stripe"),
+        &db.function_url_as("stripe"),
+        &queue,
+        "http://127.0.0.1:9",
+        &[("SPILL_DEAD_LETTER_QUEUE_ARN", &dead_letters)],
+    )
+    .await;
+    let (body, signature) = signed_invoice(600);
+    let from = |id: &str, arn: &str| json!({"Records": [spilled_record(id, &body, &[("stripe-signature", &signature)], arn)]});
+    let other = dead_letters.replace("-dead-letters", "-elsewhere");
+    assert_eq!(
+        function.invoke(&from("elsewhere", &other)).await,
+        json!({"batchItemFailures": [{"itemIdentifier": "elsewhere"}]}),
+        "a queue named nowhere"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(
+        function.invoke(&from("dead-letter", &dead_letters)).await,
+        json!({"batchItemFailures": []})
+    );
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+}
+
 /// A function with no spill queue drains nothing: the genuine record is reported failed and
 /// nothing is written.
 #[tokio::test]
