@@ -192,7 +192,12 @@ impl Spill {
         };
         tokio::time::timeout(self.timeout, send)
             .await
-            .unwrap_or_else(|_| Err("SQS SendMessage timed out".into()))
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "SQS SendMessage timed out after {} ms (SPILL_TIMEOUT_MS)",
+                    self.timeout.as_millis()
+                ))
+            })
     }
 }
 

@@ -1198,8 +1198,9 @@ async fn a_database_slow_for_most_of_the_deadline_is_not_spilled_and_one_slow_pa
 
 /// SQS refusing and SQS hanging, with the database down, told apart and each bounded: a
 /// queue endpoint that closes every connection gives `not queued: SQS SendMessage: ...`, one
-/// that accepts and never answers gives `not queued: SQS SendMessage timed out` after
-/// `SPILL_TIMEOUT_MS`; both are answered 500, and each endpoint was tried.
+/// that accepts and never answers gives `not queued: SQS SendMessage timed out after 1000 ms`,
+/// the `SPILL_TIMEOUT_MS` it was given and no other; both are answered 500, and each endpoint
+/// was tried.
 #[tokio::test]
 async fn sqs_refusing_and_sqs_hanging_are_told_apart_and_each_is_a_500() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1212,7 +1213,11 @@ async fn sqs_refusing_and_sqs_hanging_are_told_apart_and_each_is_a_500() {
     // The refusing endpoint gets a bound long enough for the SDK's own retries to end first.
     for (hangs, expected, bound) in [
         (false, "not queued: SQS SendMessage: ", "10000"),
-        (true, "not queued: SQS SendMessage timed out", "1000"),
+        (
+            true,
+            "not queued: SQS SendMessage timed out after 1000 ms (SPILL_TIMEOUT_MS)",
+            "1000",
+        ),
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
