@@ -29,7 +29,7 @@ RULE_FUNCTIONS = {"Ref", "Fn::And", "Fn::Contains", "Fn::EachMemberEquals", "Fn:
 # The names built from the stack's name, and each service's limit on them.
 NAME_LIMITS = {
     ("AWS::Scheduler::Schedule", "Name"): 64,
-    ("AWS::RDS::DBProxy", "DBProxyName"): 60,
+    ("AWS::RDS::DBProxy", "DBProxyName"): 63,
     ("AWS::SQS::Queue", "QueueName"): 80,
     ("AWS::Logs::LogGroup", "LogGroupName"): 512,
     ("AWS::Logs::QueryDefinition", "Name"): 255,
