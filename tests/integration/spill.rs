@@ -1133,8 +1133,9 @@ async fn a_delivery_s_own_failure_is_answered_500_and_never_spilled() {
 
 /// A database slow for most of the delivery's deadline is not spilled: the statement held
 /// at the database for two thirds of a 1.5 s deadline, then let through, is processed and
-/// nothing is queued. One held past the deadline is spilled (200 `queued`); the held statement
-/// may still commit once let through, and the drain then finds it a duplicate: applied once.
+/// nothing is queued. Another invoice, not processed before, held past the deadline is spilled
+/// (200 `queued`); its held statement may still commit once let through, and the drain then
+/// finds it a duplicate or applies it: either way it is credited once.
 #[tokio::test]
 async fn a_database_slow_for_most_of_the_deadline_is_not_spilled_and_one_slow_past_it_is() {
     let StripeSpilling {
@@ -1165,12 +1166,26 @@ async fn a_database_slow_for_most_of_the_deadline_is_not_spilled_and_one_slow_pa
         (200, "processed".into())
     );
     let invoice = signed(&sample("stripe/invoice.paid.json"));
-    for (held_for, expected) in [(deadline * 2 / 3, "processed"), (deadline * 3, "queued")] {
+    // The second delivery is an event of its own, so that what it applies is seen.
+    let late = {
+        let mut event = invoice.clone();
+        let mut body: Value =
+            serde_json::from_str(event["body"].as_str().expect("a body")).expect("JSON");
+        body["id"] = json!("evt_slow_past_the_deadline");
+        body["data"]["object"]["customer"] = json!("cus_SlowPastTheDeadline");
+        event["body"] = json!(body.to_string());
+        resign(&mut event, now()).expect("sign");
+        event
+    };
+    for (held_for, expected, event) in [
+        (deadline * 2 / 3, "processed", &invoice),
+        (deadline * 3, "queued", &late),
+    ] {
         outage.hold();
         let sent = tokio::time::Instant::now();
         let delivery = {
-            let (function, invoice) = (std::sync::Arc::clone(&function), invoice.clone());
-            tokio::spawn(async move { function.invoke(&invoice).await })
+            let (function, event) = (std::sync::Arc::clone(&function), event.clone());
+            tokio::spawn(async move { function.invoke(&event).await })
         };
         claimonce_tests::until("the statement is held at the database", || {
             outage.waiting() > 0
@@ -1191,9 +1206,24 @@ async fn a_database_slow_for_most_of_the_deadline_is_not_spilled_and_one_slow_pa
             outage.release();
         }
     }
-    // The invoice once: the processed delivery; the queued copy of another delivery of it.
+    // The queued one drained: applied (or found applied by its held statement), once.
+    let (received, failed) = function.drain_once(&sqs, &queue).await;
+    assert_eq!((received, failed), (1, 0), "the queued delivery drained");
+    assert_eq!(depth(&sqs, &queue).await, 0);
     let invoices = "SELECT count(*) FROM processed_events WHERE event_type = 'invoice.paid'";
-    assert_eq!(db.count(invoices).await, 1);
+    assert_eq!(db.count(invoices).await, 2, "each invoice once");
+    let paid: Value = serde_json::from_str(late["body"].as_str().expect("a body")).expect("JSON");
+    assert_eq!(
+        db.count(
+            "SELECT credit_balance_cents FROM customers \
+             WHERE stripe_customer_id = 'cus_SlowPastTheDeadline'"
+        )
+        .await,
+        paid["data"]["object"]["amount_paid"]
+            .as_i64()
+            .expect("an amount"),
+        "the late invoice credited once"
+    );
 }
 
 /// SQS refusing and SQS hanging, with the database down, told apart and each bounded: a
