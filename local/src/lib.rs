@@ -20,6 +20,7 @@ pub mod runtime_api;
 pub mod scratch;
 pub mod sign;
 pub mod spill;
+pub mod template;
 
 /// The provider registry's one reader, which [`functions`] builds the local run's view on.
 pub use claimonce_registry as registry;

@@ -6,6 +6,7 @@
 //! claimonce-local [run] [--port 9000] [--instances 2] [--json] [--spill]
 //! claimonce-local sign <event.json>...
 //! claimonce-local send <event.json> [--url http://127.0.0.1:9000]
+//! claimonce-local template [--check | --list]
 //! ```
 
 use std::collections::HashMap;
@@ -39,6 +40,13 @@ const USAGE: &str = "usage:
                                                         no path); --as-is sends it as the file
                                                         holds it, signature and all, so a changed
                                                         or stale one shows its 400
+  claimonce-local template [--check | --list]           render the project's template.yaml
+                                                        from its registry and claimonce's
+                                                        deploy/ (this repository: also
+                                                        quickstart.yaml, events/sam-env.json and
+                                                        the docs' tables); --check only compares;
+                                                        --list prints a line per provider:
+                                                        provider, Name, binary, deployed
   claimonce-local --help                                this text
 
 environment:
@@ -74,6 +82,10 @@ enum Command {
         url: String,
         as_is: bool,
     },
+    Template {
+        check: bool,
+        list: bool,
+    },
     Help,
 }
 
@@ -85,7 +97,7 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut parser = lexopt::Parser::from_args(args);
     let mut subcommand: Option<String> = None;
     let (mut port, mut instances, mut url, mut json) = (9000_u16, 2_usize, None::<String>, false);
-    let (mut spill, mut as_is) = (false, false);
+    let (mut spill, mut as_is, mut check, mut list) = (false, false, false, false);
     let mut files = Vec::new();
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
@@ -96,10 +108,15 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Long("json") => json = true,
             Long("spill") => spill = true,
             Long("as-is") => as_is = true,
+            Long("check") => check = true,
+            Long("list") => list = true,
             Value(value) => {
                 let value = value.string().map_err(lex)?;
                 if subcommand.is_none() {
-                    if !matches!(value.as_str(), "run" | "sign" | "send" | "help") {
+                    if !matches!(
+                        value.as_str(),
+                        "run" | "sign" | "send" | "template" | "help"
+                    ) {
                         return Err(format!("unknown command {value:?}"));
                     }
                     subcommand = Some(value);
@@ -112,8 +129,19 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     }
     let subcommand = subcommand.unwrap_or_else(|| "run".to_owned());
     let misplaced = |flag: &str| Err(format!("{flag} does not apply to {subcommand}"));
+    if check && subcommand != "template" {
+        return misplaced("--check");
+    }
+    if list && subcommand != "template" {
+        return misplaced("--list");
+    }
     match subcommand.as_str() {
         "help" => Ok(Command::Help),
+        "template" if !files.is_empty() => Err("template takes no file".into()),
+        "template" if url.is_some() || json || spill || as_is || (check && list) => {
+            Err("template takes --check or --list".into())
+        }
+        "template" => Ok(Command::Template { check, list }),
         "run" if !files.is_empty() => Err("run takes no file".into()),
         "run" if url.is_some() => misplaced("--url"),
         "run" | "sign" if as_is => misplaced("--as-is"),
@@ -139,6 +167,44 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     }
 }
 
+/// Renders the project's template (and this repository's derived files), or with `check`
+/// fails naming those that are not what it renders, or with `list` prints its providers.
+fn template(check: bool, list: bool) -> Result<(), String> {
+    use claimonce_local::template;
+    let project = template::project_from_env()?;
+    if list {
+        print!("{}", template::list(&project)?);
+        return Ok(());
+    }
+    let outputs = template::render(&project, &template::claimonce_root())?;
+    let stale = template::write_or_check(&project, &outputs, check)?;
+    let all: Vec<String> = outputs
+        .iter()
+        .map(|(path, _)| {
+            path.strip_prefix(&project)
+                .unwrap_or(path)
+                .display()
+                .to_string()
+        })
+        .collect();
+    match (check, stale.is_empty()) {
+        (true, false) => Err(format!(
+            "{}: not what deploy/ renders for the registry of {}: run claimonce-local template \
+             there (scripts/template renders this repository's and its examples')",
+            stale.join(", "),
+            project.display()
+        )),
+        (_, true) => {
+            println!("current in {}: {}", project.display(), all.join(", "));
+            Ok(())
+        }
+        (false, false) => {
+            println!("wrote in {}: {}", project.display(), stale.join(", "));
+            Ok(())
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = match command(std::env::args().skip(1)) {
@@ -158,6 +224,7 @@ async fn main() -> ExitCode {
         }) => run(port, instances, json, spill).await,
         Ok(Command::Sign { files }) => sign_files(&files),
         Ok(Command::Send { file, url, as_is }) => send(&file, &url, as_is).await,
+        Ok(Command::Template { check, list }) => template(check, list),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -518,6 +585,8 @@ mod tests {
             "--spill",
             "--url",
             "--as-is",
+            "--check",
+            "--list",
             "DATABASE_URL",
             "CLAIMONCE_LOCAL_DIR",
             "CLAIMONCE_PROJECT",
@@ -561,6 +630,23 @@ mod tests {
                 as_is: true
             })
         );
+        assert_eq!(
+            parse("template --check"),
+            Ok(Command::Template {
+                check: true,
+                list: false
+            })
+        );
+        assert_eq!(
+            parse("template --list"),
+            Ok(Command::Template {
+                check: false,
+                list: true
+            })
+        );
+        for wrong in ["run --check", "template --check --list", "template x.json"] {
+            assert!(parse(wrong).is_err(), "{wrong}");
+        }
         assert_eq!(
             front_authority("http://127.0.0.1:9000/"),
             Ok("127.0.0.1:9000")

@@ -10,7 +10,8 @@
 //!   `provider` is a build error and the name is written once, in the manifest;
 //! - the build scripts of the migrations crate and the retention sweep, and the local run and
 //!   the tests (`claimonce-local`), through [`providers`];
-//! - `scripts/template`, through this crate's binary, which prints [`providers`] as JSON.
+//! - the template renderer (`claimonce-local template`, which `scripts/template` runs),
+//!   through [`providers`].
 //!
 //! A manifest is read line by line, in the shape the entries are written: `[table]` and
 //! `[[table]]` headers, and `key = "text"` or `key = 'text'` lines (a bare or quoted key; a

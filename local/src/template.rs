@@ -1,0 +1,955 @@
+//! Renders a project's SAM template (and, for this repository, the files derived from the same
+//! registry) from `deploy/*.in` and `deploy/provider.yaml`, once per provider of the project's
+//! registry: `claimonce-local template [--check]`.
+//!
+//! One renderer serves this repository and a team's repository that depends on claimonce by
+//! git: the `deploy/` sources are read from the claimonce checkout this crate was built from
+//! (`CARGO_MANIFEST_DIR/..`, which for a git dependency is cargo's checkout of it), and the
+//! registry from the project (`CLAIMONCE_PROJECT`, else the current directory's workspace).
+//! For this repository it writes `template.yaml`, `quickstart.yaml`, `events/sam-env.json`, the
+//! fuzz crate's provider list and the documents' provider tables; for a team's project, its
+//! `template.yaml`, whose receivers and migrate function are the project's own binaries
+//! (docs/decisions/0046-a-teams-template-is-rendered-by-claimonce-local.md).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use claimonce_registry::Provider;
+
+/// The claimonce checkout whose `deploy/` sources are rendered.
+pub fn claimonce_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The project whose template is rendered: `CLAIMONCE_PROJECT`, else the workspace (or
+/// package) of the current directory: the nearest folder at or above it whose `Cargo.toml`
+/// has a `[workspace]` (a crate kept outside declares an empty one, so a checkout of it inside
+/// another workspace is still its own project), else the nearest with a `Cargo.toml`.
+pub fn project_from_env() -> Result<PathBuf, String> {
+    if let Some(project) = claimonce::config::optional("CLAIMONCE_PROJECT") {
+        return Ok(PathBuf::from(project));
+    }
+    let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
+    let mut nearest = None;
+    for dir in here.ancestors() {
+        let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        if claimonce_registry::lines(&text)
+            .any(|line| line == claimonce_registry::Line::Table("workspace"))
+        {
+            return Ok(dir.to_path_buf());
+        }
+        nearest.get_or_insert_with(|| dir.to_path_buf());
+    }
+    nearest.ok_or_else(|| {
+        format!(
+            "{}: no Cargo.toml here or above (set CLAIMONCE_PROJECT to the project's folder)",
+            here.display()
+        )
+    })
+}
+
+/// One provider's values for the `%%key%%` placeholders, and which optional parts it has.
+#[derive(Debug)]
+struct Values {
+    text: BTreeMap<&'static str, Option<String>>,
+    retention: bool,
+    eventbridge: bool,
+    api: bool,
+    /// Where its registry entry is, for errors.
+    manifest: String,
+}
+
+/// The files a rendering writes: each path (under the project) and its text.
+pub type Outputs = Vec<(PathBuf, String)>;
+
+/// What is rendered for the project at `project`, from the `deploy/` sources of the claimonce
+/// checkout at `claimonce`.
+pub fn render(project: &Path, claimonce: &Path) -> Result<Outputs, String> {
+    let providers = claimonce_registry::providers(project)?;
+    if providers.is_empty() {
+        return Err(format!(
+            "{}: no crate of this project has a [package.metadata.claimonce] table",
+            project.join("Cargo.toml").display()
+        ));
+    }
+    let own = same_folder(project, claimonce);
+    let values = providers
+        .iter()
+        .map(|p| values(project, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let deploy = Deploy::read(claimonce)?;
+    let names: Vec<&str> = providers.iter().map(|p| p.provider.as_str()).collect();
+    let jobs = if own {
+        Jobs::claimonce()
+    } else {
+        Jobs::of(&providers)?
+    };
+    let mut outputs = vec![(
+        project.join("template.yaml"),
+        deploy.render("deploy/template.yaml.in", &values, &names, &jobs)?,
+    )];
+    if !own {
+        return Ok(outputs);
+    }
+    outputs.push((
+        project.join("quickstart.yaml"),
+        deploy.render("deploy/quickstart.yaml.in", &values, &names, &jobs)?,
+    ));
+    outputs.push((
+        project.join("events/sam-env.json"),
+        sam_env(project, &values)?,
+    ));
+    outputs.push((
+        project.join("fuzz/src/registered.rs"),
+        fuzz_registered(&values),
+    ));
+    outputs.push((
+        project.join("fuzz/Cargo.toml"),
+        fuzz_manifest(project, &values)?,
+    ));
+    let blocks = deploy.doc_blocks(&values)?;
+    for doc in DOCS {
+        let path = project.join(doc);
+        let text = read(&path)?;
+        outputs.push((path, render_doc(doc, &text, &blocks)?));
+    }
+    Ok(outputs)
+}
+
+/// One line per provider of the project, in provider order: its name, its CloudFormation
+/// prefix, its receiver binary and whether it is deployed by default (what scripts/sam-local,
+/// scripts/check-template and .ci/run read).
+pub fn list(project: &Path) -> Result<String, String> {
+    let mut out = String::new();
+    for p in claimonce_registry::providers(project)? {
+        let v = values(project, &p)?;
+        let _ = writeln!(
+            out,
+            "{} {} {} {}",
+            p.provider,
+            v.get("Name").unwrap_or_default(),
+            p.binary,
+            v.get("deployed").unwrap_or_default()
+        );
+    }
+    Ok(out)
+}
+
+/// The documents with provider tables rendered from `deploy/docs.in`.
+const DOCS: [&str; 4] = [
+    "ARCHITECTURE.md",
+    "DEPLOY.md",
+    "docs/configuration.md",
+    "docs/local.md",
+];
+
+/// Writes `outputs`, or with `check` only compares them: the paths (relative to `project`)
+/// that differ.
+pub fn write_or_check(
+    project: &Path,
+    outputs: &Outputs,
+    check: bool,
+) -> Result<Vec<String>, String> {
+    let mut stale = Vec::new();
+    for (path, text) in outputs {
+        let current = std::fs::read_to_string(path).unwrap_or_default();
+        if current != *text {
+            stale.push(
+                path.strip_prefix(project)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string(),
+            );
+            if !check {
+                std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+    }
+    Ok(stale)
+}
+
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The jobs' binaries (the template's `%%migrate%%`, `%%sweep%%` and `%%relay%%`).
+#[derive(Debug, PartialEq, Eq)]
+struct Jobs {
+    migrate: String,
+    sweep: String,
+    relay: String,
+}
+
+impl Jobs {
+    /// This repository's: its own job crates.
+    fn claimonce() -> Self {
+        Self {
+            migrate: "migrate".into(),
+            sweep: "retention-sweep".into(),
+            relay: "outbox-relay".into(),
+        }
+    }
+
+    /// A project outside claimonce's repository builds every function of its stack from its
+    /// own workspace (cargo-lambda builds only a workspace's binaries), so each job is a
+    /// `[[bin]]` of one of its provider crates named `<provider>-migrate`, `<provider>-sweep`
+    /// and `<provider>-relay`: one of each in the project, since a stack has one migrations
+    /// resource, one sweep and one relay.
+    fn of(providers: &[Provider]) -> Result<Self, String> {
+        let one = |job: &str| -> Result<String, String> {
+            let found: Vec<String> = providers
+                .iter()
+                .flat_map(|p| {
+                    let wanted = format!("{}-{job}", p.provider);
+                    p.binaries.iter().filter(move |b| **b == wanted).cloned()
+                })
+                .collect();
+            match <[String; 1]>::try_from(found) {
+                Ok([binary]) => Ok(binary),
+                Err(found) if found.is_empty() => Err(format!(
+                    "{}: no [[bin]] named <provider>-{job}: the template's {job} function runs \
+                     it (docs/providers.md, \"Deploy it\")",
+                    providers
+                        .iter()
+                        .map(|p| p.folder.join("Cargo.toml").display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                Err(found) => Err(format!(
+                    "{} are all <provider>-{job} binaries: a stack has one {job} function, so \
+                     keep one",
+                    found.join(", ")
+                )),
+            }
+        };
+        Ok(Self {
+            migrate: one("migrate")?,
+            sweep: one("sweep")?,
+            relay: one("relay")?,
+        })
+    }
+}
+
+/// A provider's placeholder values, from its registry entry and its sample events.
+fn values(project: &Path, p: &Provider) -> Result<Values, String> {
+    let manifest = p.folder.join("Cargo.toml").display().to_string();
+    let at = |what: String| format!("{manifest}: {what}");
+    if p.deploy.is_empty() {
+        return Err(at(
+            "the registry entry needs a [package.metadata.claimonce.deploy] table".into(),
+        ));
+    }
+    let constructor = p.constructor.clone().ok_or_else(|| {
+        format!(
+            "{}: its main is one claimonce::run_from_env(<crate>::<Type>::from_secret) call",
+            p.folder.join("src/main.rs").display()
+        )
+    })?;
+    let deploy_required = |key: &str| {
+        p.deploy(key)
+            .map(str::to_owned)
+            .ok_or_else(|| at(format!("[package.metadata.claimonce.deploy] has no {key}")))
+    };
+    let entry_required = |key: &str| {
+        p.get(key)
+            .map(str::to_owned)
+            .ok_or_else(|| at(format!("[package.metadata.claimonce] has no {key}")))
+    };
+    let label = deploy_required("label")?;
+    let provider = p.provider.clone();
+    let sample_rows = sample_rows(project, p, &manifest)?;
+    let description = p.deploy("description").map_or_else(
+        || format!("{label} webhook receiver (verify, claim, apply in one transaction)."),
+        str::to_owned,
+    );
+    let deployed = if p.deploy("deployed") == Some("false") {
+        "false"
+    } else {
+        "true"
+    };
+    let folder = p
+        .folder
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let text: BTreeMap<&'static str, Option<String>> = [
+        ("sample_rows", Some(sample_rows)),
+        ("package", Some(p.package.clone())),
+        ("folder", Some(folder)),
+        ("summary", p.description.clone()),
+        ("constructor", Some(constructor)),
+        ("Name", Some(deploy_required("name")?)),
+        ("PROVIDER", Some(provider.to_uppercase())),
+        ("provider", Some(provider)),
+        ("binary", Some(p.binary.clone())),
+        ("SECRET_VAR", Some(entry_required("secret_var")?)),
+        ("label", Some(label)),
+        ("description", Some(description)),
+        ("retries", Some(deploy_required("retries")?)),
+        ("secret", Some(deploy_required("secret")?)),
+        ("deployed", Some(deployed.to_owned())),
+        ("retention", p.deploy("retention").map(str::to_owned)),
+        (
+            "retention_note",
+            Some(p.deploy("retention_note").unwrap_or_default().to_owned()),
+        ),
+        ("dev_secret", Some(entry_required("dev_secret")?)),
+        (
+            "API_KEY_VAR",
+            Some(p.get("api_key_var").unwrap_or_default().to_owned()),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    Ok(Values {
+        text,
+        retention: p.deploy("retention").is_some(),
+        eventbridge: p.deploy("eventbridge") == Some("true"),
+        // The provider completes events from its sender's API (claimonce::fetch).
+        api: p.get("api_key_var").is_some(),
+        manifest,
+    })
+}
+
+impl Values {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.text.get(key).and_then(|v| v.as_deref())
+    }
+
+    fn provider(&self) -> &str {
+        self.get("provider").unwrap_or_default()
+    }
+}
+
+/// The `events/<provider>/` samples' table rows; every sample file has a line in the registry's
+/// samples table, and every line a file.
+fn sample_rows(project: &Path, p: &Provider, manifest: &str) -> Result<String, String> {
+    let folder = project.join("events").join(&p.provider);
+    let mut files = Vec::new();
+    for sub in ["", "eventbridge"] {
+        let dir = folder.join(sub);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && entry.path().is_file() {
+                files.push(if sub.is_empty() {
+                    name
+                } else {
+                    format!("{sub}/{name}")
+                });
+            }
+        }
+    }
+    files.sort();
+    let samples: BTreeMap<&str, &str> = p
+        .samples
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    if let Some(missing) = files.iter().find(|f| !samples.contains_key(f.as_str())) {
+        return Err(format!(
+            "{manifest}: events/{}/{missing} has no line in [package.metadata.claimonce.samples]",
+            p.provider
+        ));
+    }
+    if let Some(gone) = samples.keys().find(|s| !files.iter().any(|f| f == *s)) {
+        return Err(format!(
+            "{manifest}: [package.metadata.claimonce.samples] names {gone}, which is not in \
+             events/{}/",
+            p.provider
+        ));
+    }
+    let mut rows = Vec::new();
+    for name in &files {
+        let path = folder.join(name);
+        let event: serde_json::Value =
+            serde_json::from_str(&read(&path)?).map_err(|e| format!("{}: {e}", path.display()))?;
+        let kind = if event.get("detail-type").is_some() {
+            "EventBridge event"
+        } else if event.get("version").and_then(|v| v.as_str()) == Some("2.0") {
+            "HTTP API v2"
+        } else {
+            "REST API v1"
+        };
+        let does = samples.get(name.as_str()).copied().unwrap_or_default();
+        rows.push(format!(
+            "| `events/{}/{name}` | {kind}, {does} |",
+            p.provider
+        ));
+    }
+    Ok(rows.join("\n"))
+}
+
+/// `{marker: {name: text}}` for the `#@<marker> <name>` sections of `text`: each the lines up
+/// to the next section, verbatim, without trailing empty lines. Lines before the first are
+/// notes.
+fn sections(text: &str, markers: &[&str]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut found: BTreeMap<String, BTreeMap<String, Vec<&str>>> = markers
+        .iter()
+        .map(|m| ((*m).to_owned(), BTreeMap::new()))
+        .collect();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        if let Some((marker, name)) = marker_line(line)
+            && markers.contains(&marker)
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+            && !name.is_empty()
+        {
+            let by = found.entry(marker.to_owned()).or_default();
+            by.entry(name.to_owned()).or_default();
+            current = Some((marker.to_owned(), name.to_owned()));
+        } else if let Some((marker, name)) = &current
+            && let Some(lines) = found.get_mut(marker).and_then(|by| by.get_mut(name))
+        {
+            lines.push(line);
+        }
+    }
+    found
+        .into_iter()
+        .map(|(m, by)| {
+            let by = by
+                .into_iter()
+                .map(|(k, v)| (k, v.join("\n").trim_end_matches('\n').to_owned()))
+                .collect();
+            (m, by)
+        })
+        .collect()
+}
+
+/// `#@<word> <name>`: the word (lower-case letters and `-`) and the name.
+fn marker_line(line: &str) -> Option<(&str, &str)> {
+    let (word, name) = line.strip_prefix("#@")?.split_once(' ')?;
+    let plain = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'-');
+    (plain(word) && plain(name)).then_some((word, name))
+}
+
+/// The `deploy/` sources of a claimonce checkout.
+struct Deploy {
+    root: PathBuf,
+    fragments: BTreeMap<String, String>,
+}
+
+impl Deploy {
+    fn read(claimonce: &Path) -> Result<Self, String> {
+        let text = read(&claimonce.join("deploy/provider.yaml"))?;
+        let fragments = sections(&text, &["fragment"])
+            .remove("fragment")
+            .unwrap_or_default();
+        Ok(Self {
+            root: claimonce.to_path_buf(),
+            fragments,
+        })
+    }
+
+    /// `source` rendered for the providers: each `#@each…` line expanded, each `#@with
+    /// <provider>` … `#@end <provider>` part kept only when that provider is registered, and
+    /// the whole registry's values filled in.
+    fn render(
+        &self,
+        source: &str,
+        providers: &[Values],
+        names: &[&str],
+        jobs: &Jobs,
+    ) -> Result<String, String> {
+        let text = read(&self.root.join(source))?;
+        let text = with_providers(&text, providers, source)?;
+        let mut text = self.expand(&text, &self.fragments, providers, source)?;
+        let labels: Vec<&str> = providers.iter().filter_map(|p| p.get("label")).collect();
+        let deployed: Vec<&str> = providers
+            .iter()
+            .filter(|p| p.get("deployed") == Some("true"))
+            .map(Values::provider)
+            .collect();
+        for (key, value) in [
+            ("labels", labels.join(", ")),
+            ("provider_names", names.join(", ")),
+            ("deployed_providers", deployed.join(",")),
+            ("migrate", jobs.migrate.clone()),
+            ("sweep", jobs.sweep.clone()),
+            ("relay", jobs.relay.clone()),
+        ] {
+            text = text.replace(&format!("%%{key}%%"), &value);
+        }
+        Ok(format!("{}\n", text.trim_end_matches('\n')))
+    }
+
+    /// `text` with each `#@each <fragment>` line (or `#@each-with-retention`,
+    /// `#@each-with-eventbridge`, `#@each-without-eventbridge`, `#@each-with-api`) replaced by
+    /// that fragment, once per provider it chooses.
+    fn expand(
+        &self,
+        text: &str,
+        parts: &BTreeMap<String, String>,
+        providers: &[Values],
+        source: &str,
+    ) -> Result<String, String> {
+        let mut out: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let Some((kind, name)) = marker_line(line).filter(|(kind, _)| {
+                *kind == "each"
+                    || kind.starts_with("each-with-")
+                    || kind.starts_with("each-without-")
+            }) else {
+                out.push(line.to_owned());
+                continue;
+            };
+            let chooses: fn(&Values) -> bool = match kind {
+                "each" => |_| true,
+                "each-with-retention" => |p| p.retention,
+                "each-with-eventbridge" => |p| p.eventbridge,
+                "each-without-eventbridge" => |p| !p.eventbridge,
+                "each-with-api" => |p| p.api,
+                _ => return Err(format!("{source}: no #@{kind}")),
+            };
+            let fragment = parts
+                .get(name)
+                .ok_or_else(|| format!("{source}: no fragment {name}"))?;
+            for p in providers.iter().filter(|p| chooses(p)) {
+                out.push(self.fill(fragment, p)?);
+            }
+        }
+        Ok(out.join("\n"))
+    }
+
+    /// `text` with every `%%key%%` replaced by the provider's value. A line that is only
+    /// `%%?fragment%%` becomes that fragment of deploy/provider.yaml, filled and indented as
+    /// the line, for a provider it applies to (`api-*` for one that completes events from its
+    /// sender's API, the others for one that delivers through EventBridge), and nothing for
+    /// the others.
+    fn fill(&self, text: &str, p: &Values) -> Result<String, String> {
+        let mut optional = String::new();
+        let with_end = format!("{text}\n");
+        for line in with_end.split_inclusive('\n') {
+            let body = line.trim_end_matches('\n');
+            let indent = body.len() - body.trim_start_matches(' ').len();
+            let name = body
+                .get(indent..)
+                .and_then(|rest| rest.strip_prefix("%%?"))
+                .and_then(|rest| rest.strip_suffix("%%"))
+                .filter(|name| {
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+                });
+            let (Some(name), true) = (name, line.ends_with('\n')) else {
+                optional.push_str(line);
+                continue;
+            };
+            let wanted = if name.starts_with("api-") {
+                p.api
+            } else {
+                p.eventbridge
+            };
+            if !wanted {
+                continue;
+            }
+            let fragment = self
+                .fragments
+                .get(name)
+                .ok_or_else(|| format!("deploy/provider.yaml: no fragment {name}"))?;
+            let pad = body.get(..indent).unwrap_or_default();
+            for l in fragment.lines() {
+                if !l.is_empty() {
+                    optional.push_str(pad);
+                }
+                optional.push_str(l);
+                optional.push('\n');
+            }
+        }
+        let text = optional.trim_end_matches('\n');
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("%%") {
+            let after = rest.get(start + 2..).unwrap_or_default();
+            let key_len = after
+                .bytes()
+                .take_while(|b| b.is_ascii_alphabetic() || *b == b'_')
+                .count();
+            let key = after.get(..key_len).unwrap_or_default();
+            if key_len == 0 || !after.get(key_len..).unwrap_or_default().starts_with("%%") {
+                // Not a placeholder: keep the first `%` and look again after it.
+                out.push_str(rest.get(..=start).unwrap_or_default());
+                rest = rest.get(start + 1..).unwrap_or_default();
+                continue;
+            }
+            let value = p.get(key).ok_or_else(|| {
+                format!("deploy/: no value for %%{key}%% ({} has none)", p.manifest)
+            })?;
+            out.push_str(rest.get(..start).unwrap_or_default());
+            out.push_str(value);
+            rest = after.get(key_len + 2..).unwrap_or_default();
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// `{name: text}` for each `#@block` of deploy/docs.in, rendered for the registry.
+    fn doc_blocks(&self, providers: &[Values]) -> Result<BTreeMap<String, String>, String> {
+        let text = read(&self.root.join("deploy/docs.in"))?;
+        let mut found = sections(&text, &["block", "fragment"]);
+        let fragments = found.remove("fragment").unwrap_or_default();
+        found
+            .remove("block")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, block)| {
+                Ok((
+                    name,
+                    self.expand(&block, &fragments, providers, "deploy/docs.in")?,
+                ))
+            })
+            .collect()
+    }
+}
+
+/// `text` with each part between a `#@with <provider>...` line and the next `#@end` kept
+/// (without the marker lines) when any provider it names is registered, and left out
+/// otherwise: the parts of the shared template that serve senders of this repository (their
+/// recover jobs), which a project without them must not carry. `#@with-some <feature>...`
+/// does the same for the features a provider may have (`eventbridge`, `api`, `retention`):
+/// kept when some provider has one of them (a parameter group that would be empty is left
+/// out, which CloudFormation's interface metadata requires).
+fn with_providers(text: &str, providers: &[Values], source: &str) -> Result<String, String> {
+    let mut out: Vec<&str> = Vec::new();
+    let mut open: Option<(usize, bool)> = None;
+    for (number, line) in text.lines().enumerate() {
+        let with = match (
+            line.strip_prefix("#@with "),
+            line.strip_prefix("#@with-some "),
+        ) {
+            (Some(names), _) => Some(
+                names
+                    .split(' ')
+                    .any(|name| providers.iter().any(|p| p.provider() == name)),
+            ),
+            (_, Some(features)) => {
+                let mut some = false;
+                for feature in features.split(' ') {
+                    let has: fn(&Values) -> bool = match feature {
+                        "eventbridge" => |p| p.eventbridge,
+                        "api" => |p| p.api,
+                        "retention" => |p| p.retention,
+                        _ => {
+                            return Err(format!(
+                                "{source}:{}: no feature {feature} (eventbridge, api, retention)",
+                                number + 1
+                            ));
+                        }
+                    };
+                    some |= providers.iter().any(has);
+                }
+                Some(some)
+            }
+            _ => None,
+        };
+        match (with, line == "#@end", open) {
+            (Some(_), _, Some((outer, _))) => {
+                return Err(format!(
+                    "{source}:{}: #@with inside the #@with of line {outer}",
+                    number + 1
+                ));
+            }
+            (Some(keep), _, None) => open = Some((number + 1, keep)),
+            (None, true, Some(_)) => open = None,
+            (None, true, None) => {
+                return Err(format!("{source}:{}: #@end closes no #@with", number + 1));
+            }
+            (None, false, Some((_, false))) => {}
+            (None, false, _) => out.push(line),
+        }
+    }
+    if let Some((line, _)) = open {
+        return Err(format!("{source}:{line}: #@with has no #@end"));
+    }
+    Ok(out.join("\n"))
+}
+
+/// The local PostgreSQL of `scripts/sam-local db`, as the containers reach it: the host, by the
+/// name Docker Desktop gives it and samconfig.toml's add_host gives Docker Engine on Linux.
+const LOCAL_DB: &str = "host.docker.internal:54329/claimonce?sslmode=disable";
+
+/// events/sam-env.json: what `sam local` gives each function.
+fn sam_env(project: &Path, providers: &[Values]) -> Result<String, String> {
+    let mut objects: Vec<(String, Vec<(String, String)>)> = vec![(
+        "Parameters".into(),
+        vec![(
+            "DATABASE_URL".into(),
+            format!("postgres://postgres:claimonce-local@{LOCAL_DB}"),
+        )],
+    )];
+    for p in providers {
+        let provider = p.provider();
+        let mut env = vec![
+            (
+                p.get("SECRET_VAR").unwrap_or_default().to_owned(),
+                p.get("dev_secret").unwrap_or_default().to_owned(),
+            ),
+            (
+                "DATABASE_URL".into(),
+                format!("postgres://{provider}_webhook:claimonce-local@{LOCAL_DB}"),
+            ),
+        ];
+        let dir = project.join("events").join(provider).join("eventbridge");
+        let mut samples: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|entries| entries.filter_map(|e| Some(e.ok()?.path())).collect())
+            .unwrap_or_default();
+        samples.retain(|s| s.extension().is_some_and(|x| x == "json"));
+        samples.sort();
+        if let (true, Some(first)) = (p.eventbridge, samples.first()) {
+            // The partner source its EventBridge samples name and the local event queue, as
+            // the local run gives them (claimonce_local::bridge; the EventBridge tests hold
+            // them equal). `sam local` declares these variables whatever <Name>EventBusName
+            // says.
+            let event: serde_json::Value = serde_json::from_str(&read(first)?)
+                .map_err(|e| format!("{}: {e}", first.display()))?;
+            let source = event
+                .get("source")
+                .and_then(|s| s.as_str())
+                .ok_or_else(|| format!("{}: no source", first.display()))?;
+            let queue =
+                format!("arn:aws:sqs:us-east-1:000000000000:claimonce-local-{provider}-events");
+            env.push((
+                format!("{}_EVENT_SOURCE", provider.to_uppercase()),
+                source.to_owned(),
+            ));
+            env.push(("EVENT_QUEUE_ARN".into(), queue.clone()));
+            env.push((
+                "EVENT_DEAD_LETTER_QUEUE_ARN".into(),
+                format!("{queue}-dead"),
+            ));
+        }
+        objects.push((
+            format!("{}Function", p.get("Name").unwrap_or_default()),
+            env,
+        ));
+    }
+    // Written by hand, in insertion order, with Python's json.dumps(indent=2) layout (what
+    // the file has always been): non-ASCII escaped as \uXXXX.
+    let mut out = String::from("{\n");
+    for (i, (name, env)) in objects.iter().enumerate() {
+        let _ = writeln!(out, "  {}: {{", json_string(name));
+        for (j, (key, value)) in env.iter().enumerate() {
+            let comma = if j + 1 < env.len() { "," } else { "" };
+            let _ = writeln!(
+                out,
+                "    {}: {}{comma}",
+                json_string(key),
+                json_string(value)
+            );
+        }
+        let comma = if i + 1 < objects.len() { "," } else { "" };
+        let _ = writeln!(out, "  }}{comma}");
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
+
+/// `text` as a JSON string, ASCII only.
+fn json_string(text: &str) -> String {
+    let mut out = String::from('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            c => {
+                let mut units = [0_u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The document `text` (at `path`) with every marked block replaced by its rendering.
+fn render_doc(path: &str, text: &str, blocks: &BTreeMap<String, String>) -> Result<String, String> {
+    const OPEN: &str = "<!-- rendered by scripts/template (deploy/docs.in): ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        let after = rest.get(start + OPEN.len()..).unwrap_or_default();
+        let Some((name, body)) = after.split_once(" -->\n") else {
+            break;
+        };
+        let end = format!("<!-- end {name} -->");
+        let Some(close) = body.find(&end) else {
+            return Err(format!("{path}: the block {name} has no {end}"));
+        };
+        let block = blocks
+            .get(name)
+            .ok_or_else(|| format!("{path}: no block {name} in deploy/docs.in"))?;
+        out.push_str(rest.get(..start).unwrap_or_default());
+        let _ = write!(out, "{OPEN}{name} -->\n{block}\n{end}");
+        rest = body.get(close + end.len()..).unwrap_or_default();
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn fuzz_registered(providers: &[Values]) -> String {
+    let mut out = String::from(
+        "//! Rendered by `scripts/template` from the provider registry: every provider crate, with\n\
+         //! the constructor its `main.rs` hands to `claimonce::run_from_env`. Do not edit; CI fails\n\
+         //! when it is not what the registry renders.\n\
+         \n\
+         /// Adds every registered provider to `builder`.\n\
+         pub(crate) fn add_all(builder: &mut crate::Builder) {\n",
+    );
+    for p in providers {
+        let _ = writeln!(
+            out,
+            "    builder.add({});",
+            p.get("constructor").unwrap_or_default()
+        );
+    }
+    out.push_str("}\n");
+    out
+}
+
+const FUZZ_BEGIN: &str = "# @registry: one line per provider crate, rendered by scripts/template";
+const FUZZ_END: &str = "# @registry end";
+
+fn fuzz_manifest(project: &Path, providers: &[Values]) -> Result<String, String> {
+    let text = read(&project.join("fuzz/Cargo.toml"))?;
+    let (Some(begin), Some(end)) = (text.find(FUZZ_BEGIN), text.find(FUZZ_END)) else {
+        return Err(format!(
+            "fuzz/Cargo.toml: no block between {FUZZ_BEGIN:?} and {FUZZ_END:?}"
+        ));
+    };
+    if end < begin {
+        return Err(format!(
+            "fuzz/Cargo.toml: {FUZZ_END:?} comes before {FUZZ_BEGIN:?}"
+        ));
+    }
+    let mut out = format!("{}{FUZZ_BEGIN}\n", text.get(..begin).unwrap_or_default());
+    for p in providers {
+        let _ = writeln!(
+            out,
+            "{} = {{ path = \"../functions/{}\" }}",
+            p.get("package").unwrap_or_default(),
+            p.get("folder").unwrap_or_default()
+        );
+    }
+    out.push_str(text.get(end..).unwrap_or_default());
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What this renders for this repository is what is committed (the files CI's `--check`
+    /// holds current), so the port cannot drift from them.
+    #[test]
+    fn this_repository_renders_its_committed_files() {
+        let root = claimonce_root();
+        let outputs = render(&root, &root).expect("renders");
+        let stale = write_or_check(&root, &outputs, true).expect("compared");
+        assert!(stale.is_empty(), "stale: {stale:?}");
+        assert_eq!(
+            outputs.len(),
+            9,
+            "template, quickstart, sam-env, fuzz x2, 4 docs"
+        );
+    }
+
+    /// Paddle's template builds its own receiver and its own migrate binary, keeps none of
+    /// this repository's senders' parts, and is what examples/paddle/template.yaml holds.
+    #[test]
+    fn an_outside_crate_renders_its_own_binaries() {
+        let root = claimonce_root();
+        let paddle = root.join("examples/paddle");
+        let outputs = render(&paddle, &root).expect("renders");
+        let [(path, text)] = outputs.as_slice() else {
+            panic!("one file: {outputs:?}");
+        };
+        assert_eq!(*path, paddle.join("template.yaml"));
+        assert!(text.contains("Binary: paddle-webhook\n"), "its receiver");
+        for job in ["migrate", "sweep", "relay"] {
+            assert!(
+                text.contains(&format!("Binary: paddle-{job}\n")),
+                "its {job}"
+            );
+        }
+        for claimonce in ["migrate", "retention-sweep", "outbox-relay"] {
+            assert!(
+                !text.contains(&format!("Binary: {claimonce}\n")),
+                "{claimonce}"
+            );
+        }
+        for other in ["GitHub", "Stripe", "Resend", "%%"] {
+            assert!(!text.contains(&format!("{other}Recover")), "{other}");
+        }
+        assert!(!text.contains("%%"), "every placeholder filled");
+        assert_eq!(
+            read(path).expect("committed"),
+            *text,
+            "run the renderer for paddle"
+        );
+    }
+
+    fn values_of(provider: &str, api: bool) -> Values {
+        Values {
+            text: BTreeMap::from([("provider", Some(provider.to_owned()))]),
+            retention: false,
+            eventbridge: false,
+            api,
+            manifest: format!("{provider}/Cargo.toml"),
+        }
+    }
+
+    #[test]
+    fn a_with_part_is_kept_only_for_a_registered_provider_or_feature() {
+        let stripe = [values_of("stripe", true)];
+        let paddle = [values_of("paddle", false)];
+        let text = "a\n#@with github stripe\nb\n#@end\nc";
+        assert_eq!(with_providers(text, &stripe, "t").expect("ok"), "a\nb\nc");
+        assert_eq!(with_providers(text, &paddle, "t").expect("ok"), "a\nc");
+        let text = "a\n#@with-some eventbridge api\nb\n#@end\nc";
+        assert_eq!(with_providers(text, &stripe, "t").expect("ok"), "a\nb\nc");
+        assert_eq!(with_providers(text, &paddle, "t").expect("ok"), "a\nc");
+        let open = with_providers("x\n#@with github\nb", &paddle, "t").expect_err("unclosed");
+        assert_eq!(open, "t:2: #@with has no #@end");
+        let unknown = with_providers("#@with-some apis\n#@end", &paddle, "t").expect_err("typo");
+        assert_eq!(
+            unknown,
+            "t:1: no feature apis (eventbridge, api, retention)"
+        );
+    }
+
+    #[test]
+    fn a_missing_value_names_the_manifest() {
+        let deploy = Deploy {
+            root: PathBuf::new(),
+            fragments: BTreeMap::new(),
+        };
+        let p = Values {
+            text: BTreeMap::from([("retention", None)]),
+            retention: false,
+            eventbridge: false,
+            api: false,
+            manifest: "x/Cargo.toml".into(),
+        };
+        assert_eq!(
+            deploy.fill("a %%retention%% b", &p).expect_err("no value"),
+            "deploy/: no value for %%retention%% (x/Cargo.toml has none)"
+        );
+        assert_eq!(deploy.fill("100%% %%", &p).expect("no key"), "100%% %%");
+    }
+}
