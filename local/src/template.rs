@@ -933,6 +933,67 @@ mod tests {
         );
     }
 
+    fn crate_with(binaries: &[&str], deploy: &[(&str, &str)]) -> Provider {
+        Provider {
+            provider: "x".into(),
+            package: "x-webhook".into(),
+            description: None,
+            folder: PathBuf::from("team/x"),
+            binaries: binaries.iter().map(|b| (*b).to_owned()).collect(),
+            binary: "x-webhook".into(),
+            constructor: Some("x_webhook::X::from_secret".into()),
+            entry: vec![("secret_var".into(), "X_WEBHOOK_SECRET".into())],
+            deploy: deploy
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            samples: Vec::new(),
+            migrations: Vec::new(),
+        }
+    }
+
+    /// A team's jobs are its crate's `<provider>-migrate`, `-sweep` and `-relay`; one missing
+    /// is named with the manifest to add it to.
+    #[test]
+    fn a_team_s_jobs_are_its_own_binaries() {
+        let all = crate_with(&["x-webhook", "x-migrate", "x-sweep", "x-relay"], &[]);
+        assert_eq!(
+            Jobs::of(&[all]),
+            Ok(Jobs {
+                migrate: "x-migrate".into(),
+                sweep: "x-sweep".into(),
+                relay: "x-relay".into(),
+            })
+        );
+        let no_relay = crate_with(&["x-webhook", "x-migrate", "x-sweep", "migrate"], &[]);
+        let error = Jobs::of(&[no_relay]).expect_err("no relay");
+        assert!(
+            error.starts_with("team/x/Cargo.toml: no [[bin]] named <provider>-relay"),
+            "{error}"
+        );
+    }
+
+    /// A crate without the deploy table, or with one missing a key, is named with the table
+    /// and key.
+    #[test]
+    fn a_missing_deploy_key_names_the_manifest_and_the_key() {
+        let project = Path::new("team");
+        let none = values(project, &crate_with(&[], &[])).expect_err("no table");
+        assert_eq!(
+            none,
+            "team/x/Cargo.toml: the registry entry needs a [package.metadata.claimonce.deploy] table"
+        );
+        let partial = crate_with(
+            &[],
+            &[("name", "X"), ("label", "X"), ("retries", "X retries")],
+        );
+        let error = values(project, &partial).expect_err("no secret");
+        assert_eq!(
+            error,
+            "team/x/Cargo.toml: [package.metadata.claimonce.deploy] has no secret"
+        );
+    }
+
     #[test]
     fn a_missing_value_names_the_manifest() {
         let deploy = Deploy {
