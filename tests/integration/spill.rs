@@ -673,6 +673,17 @@ fn outage_upstream(db: &TestDb) -> u16 {
 /// A spilled record as the event source mapping hands one over: `body`, the attributes a
 /// receiver writes (`headers` among them), from the queue `arn`.
 fn spilled_record(id: &str, body: &str, headers: &[(&str, &str)], arn: &str) -> Value {
+    spilled_record_of("stripe", id, body, headers, arn)
+}
+
+/// A spilled record of `provider`'s, as [`spilled_record`] makes Stripe's.
+fn spilled_record_of(
+    provider: &str,
+    id: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+    arn: &str,
+) -> Value {
     let attribute = |v: &str, t: &str| json!({"stringValue": v, "dataType": t});
     let headers: serde_json::Map<String, Value> = headers
         .iter()
@@ -684,7 +695,7 @@ fn spilled_record(id: &str, body: &str, headers: &[(&str, &str)], arn: &str) -> 
         "attributes": {"ApproximateReceiveCount": "1"},
         "messageAttributes": {
             "claimonce-spill": attribute("2", "Number"),
-            "claimonce-provider": attribute("stripe", "String"),
+            "claimonce-provider": attribute(provider, "String"),
             "claimonce-received-at": attribute("1796070269", "Number"),
             "claimonce-headers": attribute(&Value::Object(headers).to_string(), "String"),
         },
@@ -830,35 +841,45 @@ async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applie
         claimonce::spill::SPILL_RETENTION_SECONDS.to_string(),
         "the bound is the spill queue's retention as deployed"
     );
+    the_drain_bounds_the_signed_age("stripe", "customers", |id, age, own| {
+        let (body, signature) = signed_invoice(age);
+        spilled_record(id, &body, &[("stripe-signature", &signature)], own)
+    })
+    .await;
+}
+
+/// `provider`'s function draining a record signed 30 days ago (`record(id, age, queue ARN)`):
+/// reported failed, its `drained` line saying why, no ledger row and no row in `effect`; then
+/// one signed 2 days ago: applied, one of each.
+async fn the_drain_bounds_the_signed_age(
+    provider: &str,
+    effect: &str,
+    record: impl Fn(&str, u64, &str) -> Value,
+) {
     let db = TestDb::new().await;
     let queue = format!(
-        "http://127.0.0.1:9/123456789012/stripe-spill-age-{}",
+        "http://127.0.0.1:9/123456789012/{provider}-spill-age-{}",
         std::process::id()
     );
     let own = claimonce_local::spill::queue_arn(&queue);
     let function = start(
-        function("stripe"),
-        &db.function_url_as("stripe"),
+        function(provider),
+        &db.function_url_as(provider),
         &queue,
         "http://127.0.0.1:9",
     )
     .await;
     let day = 86_400;
-    let (old_body, old_signature) = signed_invoice(30 * day);
     let answer = function
-        .invoke(&json!({"Records": [spilled_record(
-            "thirty-days",
-            &old_body,
-            &[("stripe-signature", &old_signature)],
-            &own
-        )]}))
+        .invoke(&json!({"Records": [record("thirty-days", 30 * day, &own)]}))
         .await;
     assert_eq!(
         answer,
         json!({"batchItemFailures": [{"itemIdentifier": "thirty-days"}]})
     );
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
-    assert_eq!(db.count("SELECT count(*) FROM customers").await, 0);
+    let effects = format!("SELECT count(*) FROM {effect}");
+    assert_eq!(db.count(&effects).await, 0);
     let refused = function.lines("drained");
     assert!(
         refused.iter().any(|l| l["error"]
@@ -867,17 +888,12 @@ async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applie
         "refused as stale: {refused:#?}"
     );
 
-    let (body, signature) = signed_invoice(2 * day);
     let answer = function
-        .invoke(&json!({"Records": [spilled_record(
-            "two-days",
-            &body,
-            &[("stripe-signature", &signature)],
-            &own
-        )]}))
+        .invoke(&json!({"Records": [record("two-days", 2 * day, &own)]}))
         .await;
     assert_eq!(answer, json!({"batchItemFailures": []}));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(db.count(&effects).await, 1);
 }
 
 /// A drained batch beats its invocation's deadline: six spilled thin events whose fetch from
@@ -1005,6 +1021,28 @@ async fn the_binary_drains_a_dead_letter_record_when_its_queue_is_named() {
         json!({"batchItemFailures": []})
     );
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
+}
+
+/// The drain's age bound holds for every scheme that signs a time, not only Stripe's: a Resend
+/// delivery whose `svix-timestamp` is 30 days old, correctly signed, is refused and writes no
+/// ledger row and no `email_events` row; the same delivery signed 2 days ago is applied.
+#[tokio::test]
+async fn the_drain_refuses_a_resend_signature_older_than_any_spilled_message() {
+    the_drain_bounds_the_signed_age("resend", "email_events", |id, age, own| {
+        let mut event = sample_event("resend/email.delivered.json");
+        resign(&mut event, now() - age).expect("sign");
+        let body = event["body"].as_str().expect("a text body");
+        let header = |name: &str| {
+            event["headers"][name]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let headers = ["svix-id", "svix-timestamp", "svix-signature"].map(|n| (n, header(n)));
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        spilled_record_of("resend", id, body, &headers, own)
+    })
+    .await;
 }
 
 /// A function with no spill queue drains nothing: the genuine record is reported failed and
