@@ -52,6 +52,15 @@ async fn start(db: &TestDb, api: &StripeApi, timeout_ms: &str) -> Bridging {
     .await
 }
 
+/// The credit balance of one customer (0 when it has no row).
+async fn credit_of(db: &TestDb, customer: &str) -> i64 {
+    db.count(&format!(
+        "SELECT coalesce(sum(credit_balance_cents), 0)::bigint FROM customers \
+         WHERE stripe_customer_id = '{customer}'"
+    ))
+    .await
+}
+
 /// A thin `v1.invoice.paid` by webhook is applied from the invoice as Stripe's API returns it
 /// (one GET of its `related_object.url`), and again is a duplicate; another through
 /// EventBridge is applied the same way; a thin event whose invoice is gone (404) is claimed and
@@ -235,6 +244,84 @@ async fn a_thin_event_whose_type_has_no_effect_is_ignored_with_no_fetch() {
             .await,
         2,
         "both claimed"
+    );
+}
+
+/// A connected account's snapshot event (one carrying `account`) and a thin event of the same
+/// account are treated alike, on the shipped tables keyed as they are: the snapshot by webhook
+/// credits its customer; its thin twin, whose `snapshot_event` Stripe serves only in the
+/// account's context, is a duplicate; a thin event whose snapshot was never delivered is read
+/// in its context and credited; the same read in a context that does not hold the event (404)
+/// is a 500 that claims nothing. The platform's own customer is untouched.
+#[tokio::test]
+async fn a_connected_account_s_snapshot_and_thin_events_apply_the_same_effects_in_its_context() {
+    let db = TestDb::new().await;
+    let api = StripeApi::start(KEY, 10, None).await;
+    let f = start(&db, &api, "3000").await;
+    let webhook = sample_event("stripe/invoice.paid.json");
+    let platform: Value =
+        serde_json::from_str(webhook["body"].as_str().expect("a body")).expect("JSON");
+    let connected = |id: &str, customer: &str, amount: i64| {
+        let mut event = platform.clone();
+        event["id"] = json!(id);
+        event["account"] = json!("acct_1Connected");
+        event["data"]["object"]["customer"] = json!(customer);
+        event["data"]["object"]["amount_paid"] = json!(amount);
+        event
+    };
+
+    let snapshot = connected("evt_test_connsnap1", "cus_Connect2", 1500);
+    api.add(snapshot.to_string().as_bytes(), true);
+    assert_eq!(
+        payload_outcome(&f.invoke(&stripe_webhook_of(&snapshot)).await),
+        (200, "processed".into())
+    );
+    let mut twin = thin(
+        "evt_test_conntwin1",
+        "v1.invoice.paid",
+        None,
+        Some("evt_test_connsnap1"),
+    );
+    twin["context"] = json!("acct_1Connected");
+    assert_eq!(
+        payload_outcome(&f.invoke(&stripe_webhook_of(&twin)).await),
+        (200, "duplicate".into()),
+        "the twin's snapshot is read in the account's context"
+    );
+
+    let undelivered = connected("evt_test_connsnap2", "cus_Connect2", 300);
+    api.add(undelivered.to_string().as_bytes(), false);
+    let mut elsewhere = thin(
+        "evt_test_conntwin2",
+        "v1.invoice.paid",
+        None,
+        Some("evt_test_connsnap2"),
+    );
+    elsewhere["context"] = json!("acct_1NotOurs");
+    let (status, _) = payload_outcome(&f.invoke(&stripe_webhook_of(&elsewhere)).await);
+    assert_eq!(status, 500, "a 404 in a context is never ignored");
+    let mut twin = thin(
+        "evt_test_conntwin3",
+        "v1.invoice.paid",
+        None,
+        Some("evt_test_connsnap2"),
+    );
+    twin["context"] = json!("acct_1Connected");
+    assert_eq!(
+        payload_outcome(&f.invoke(&stripe_webhook_of(&twin)).await),
+        (200, "processed".into())
+    );
+
+    assert_eq!(credit_of(&db, "cus_Connect2").await, 1500 + 300);
+    assert_eq!(credit_of(&db, "cus_LocalDev0001").await, 0);
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM processed_events WHERE event_id IN \
+             ('evt_test_connsnap1', 'evt_test_connsnap2')"
+        )
+        .await,
+        2,
+        "each twin is claimed under its snapshot's id, the refused one not at all"
     );
 }
 
