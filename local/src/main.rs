@@ -40,11 +40,12 @@ const USAGE: &str = "usage:
                                                         no path); --as-is sends it as the file
                                                         holds it, signature and all, so a changed
                                                         or stale one shows its 400
-  claimonce-local template [--check | --list]           render the project's template.yaml
-                                                        from its registry and claimonce's
-                                                        deploy/ (this repository: also
-                                                        quickstart.yaml, events/sam-env.json and
-                                                        the docs' tables); --check only compares;
+  claimonce-local template [--check | --list]           render the project's template.yaml and
+                                                        quickstart.yaml from its registry and
+                                                        claimonce's deploy/ (this repository:
+                                                        also events/sam-env.json, the fuzz list
+                                                        and the docs' tables); --check only
+                                                        compares;
                                                         --list prints a line per provider:
                                                         provider, Name, binary, deployed
   claimonce-local --help                                this text

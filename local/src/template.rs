@@ -8,7 +8,8 @@
 //! registry from the project (`CLAIMONCE_PROJECT`, else the current directory's workspace).
 //! For this repository it writes `template.yaml`, `quickstart.yaml`, `events/sam-env.json`, the
 //! fuzz crate's provider list and the documents' provider tables; for a team's project, its
-//! `template.yaml`, whose receivers and migrate function are the project's own binaries
+//! `template.yaml` and the `quickstart.yaml` that nests it, whose receivers and jobs are the
+//! project's own binaries
 //! (docs/decisions/0046-a-teams-template-is-rendered-by-claimonce-local.md).
 
 use std::collections::BTreeMap;
@@ -91,13 +92,13 @@ pub fn render(project: &Path, claimonce: &Path) -> Result<Outputs, String> {
         project.join("template.yaml"),
         deploy.render("deploy/template.yaml.in", &values, &names, &jobs)?,
     )];
-    if !own {
-        return Ok(outputs);
-    }
     outputs.push((
         project.join("quickstart.yaml"),
         deploy.render("deploy/quickstart.yaml.in", &values, &names, &jobs)?,
     ));
+    if !own {
+        return Ok(outputs);
+    }
     outputs.push((
         project.join("events/sam-env.json"),
         sam_env(project, &values)?,
@@ -876,10 +877,11 @@ mod tests {
         let root = claimonce_root();
         let paddle = root.join("examples/paddle");
         let outputs = render(&paddle, &root).expect("renders");
-        let [(path, text)] = outputs.as_slice() else {
-            panic!("one file: {outputs:?}");
+        let [(path, text), (quickstart, _)] = outputs.as_slice() else {
+            panic!("the template and the quick start: {outputs:?}");
         };
         assert_eq!(*path, paddle.join("template.yaml"));
+        assert_eq!(*quickstart, paddle.join("quickstart.yaml"));
         assert!(text.contains("Binary: paddle-webhook\n"), "its receiver");
         for job in ["migrate", "sweep", "relay"] {
             assert!(
@@ -897,11 +899,13 @@ mod tests {
             assert!(!text.contains(&format!("{other}Recover")), "{other}");
         }
         assert!(!text.contains("%%"), "every placeholder filled");
-        assert_eq!(
-            read(path).expect("committed"),
-            *text,
-            "run the renderer for paddle"
-        );
+        for (path, text) in &outputs {
+            assert_eq!(
+                read(path).expect("committed"),
+                *text,
+                "run the renderer for paddle"
+            );
+        }
     }
 
     fn values_of(provider: &str, api: bool) -> Values {
