@@ -23,6 +23,8 @@ pub struct Outage {
     running: Mutex<Option<JoinSet<()>>>,
     held: watch::Sender<bool>,
     waiting: Arc<AtomicU64>,
+    /// Flights let through while held, one each ([`Outage::release_one`]).
+    passes: Arc<AtomicU64>,
 }
 
 impl Outage {
@@ -47,6 +49,7 @@ impl Outage {
             running: Mutex::new(None),
             held,
             waiting: Arc::new(AtomicU64::new(0)),
+            passes: Arc::new(AtomicU64::new(0)),
         };
         outage.serve(listener).await;
         let through = outage.through(url);
@@ -66,6 +69,7 @@ impl Outage {
         let upstream = self.upstream;
         let held = self.held.subscribe();
         let waiting = Arc::clone(&self.waiting);
+        let passes = Arc::clone(&self.passes);
         tasks.spawn(async move {
             let mut connections = JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
@@ -74,7 +78,12 @@ impl Outage {
                 };
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                connections.spawn(forward(cr, sw, Some((held.clone(), Arc::clone(&waiting)))));
+                let hold = Hold {
+                    held: held.clone(),
+                    waiting: Arc::clone(&waiting),
+                    passes: Arc::clone(&passes),
+                };
+                connections.spawn(forward(cr, sw, Some(hold)));
                 connections.spawn(forward(sr, cw, None));
             }
         });
@@ -116,6 +125,16 @@ impl Outage {
         self.held.send_replace(false);
     }
 
+    /// Lets one held flight through (the first to take it, or the next to arrive) and keeps
+    /// holding the others: a test steps a client through its statements one by one.
+    pub fn release_one(&self) {
+        self.passes.fetch_add(1, Ordering::SeqCst);
+        // Wakes the waiters to look for the pass; the value stays as it is (read first: the
+        // borrow must end before the send takes the lock).
+        let held = *self.held.borrow();
+        self.held.send_replace(held);
+    }
+
     /// How many client writes are being held now.
     pub fn waiting(&self) -> u64 {
         self.waiting.load(Ordering::SeqCst)
@@ -124,10 +143,27 @@ impl Outage {
 
 /// Copies one direction; a client-to-server copy waits while `hold` says so, counted in its
 /// counter. Dropping the task (the forwarder going down) closes both halves.
+/// What a client-to-server forward waits on while the outage holds: the switch, the count of
+/// flights waiting, and the passes [`Outage::release_one`] hands out.
+struct Hold {
+    held: watch::Receiver<bool>,
+    waiting: Arc<AtomicU64>,
+    passes: Arc<AtomicU64>,
+}
+
+impl Hold {
+    /// Takes one pass, if any is left.
+    fn take_pass(&self) -> bool {
+        self.passes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| p.checked_sub(1))
+            .is_ok()
+    }
+}
+
 async fn forward(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    hold: Option<(watch::Receiver<bool>, Arc<AtomicU64>)>,
+    hold: Option<Hold>,
 ) {
     let mut buffer = vec![0_u8; 16 * 1024];
     let mut hold = hold;
@@ -136,12 +172,20 @@ async fn forward(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((held, waiting)) = hold.as_mut()
-            && *held.borrow()
+        if let Some(hold) = hold.as_mut()
+            && *hold.held.borrow_and_update()
+            && !hold.take_pass()
         {
-            waiting.fetch_add(1, Ordering::SeqCst);
-            let _ = held.wait_for(|h| !*h).await;
-            waiting.fetch_sub(1, Ordering::SeqCst);
+            hold.waiting.fetch_add(1, Ordering::SeqCst);
+            loop {
+                if hold.held.changed().await.is_err() || !*hold.held.borrow_and_update() {
+                    break;
+                }
+                if hold.take_pass() {
+                    break;
+                }
+            }
+            hold.waiting.fetch_sub(1, Ordering::SeqCst);
         }
         let Some(read) = buffer.get(..n) else { break };
         if to.write_all(read).await.is_err() {
