@@ -607,6 +607,14 @@ impl StripeApi {
         if request.method() != hyper::Method::GET {
             return error(404, "invalid_request_error", "Unrecognized request URL");
         }
+        // The account a request acts in: the key's own, or the one its Stripe-Context names.
+        // An event is its account's (a snapshot's `account`, a thin one's `context`): listed
+        // and served only in that account's context, as an object is.
+        let context = request
+            .headers()
+            .get("stripe-context")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         if request.uri().path() == "/v2/core/events" {
             // Stripe's `/v2` namespace takes secret keys only.
             if !key.starts_with("sk_") {
@@ -616,15 +624,11 @@ impl StripeApi {
                     "The /v2 API is only accessible using a secret key",
                 );
             }
-            return self.thin_events(request.uri(), hollow).await;
+            return self
+                .thin_events(request.uri(), context.as_deref(), hollow)
+                .await;
         }
         if request.uri().path() != "/v1/events" {
-            // The account a request acts in: the key's own, or the one its Stripe-Context names.
-            let context = request
-                .headers()
-                .get("stripe-context")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
             return self
                 .retrieve(request.uri().path(), context.as_deref())
                 .await;
@@ -652,6 +656,7 @@ impl StripeApi {
                 let created = e["created"].as_u64().unwrap_or(0);
                 // Thin events are v2's list's, not this one's.
                 e["object"] != "v2.core.event"
+                    && e["account"].as_str() == context.as_deref()
                     && success.is_none_or(|s| s == *delivered)
                     && gte.is_none_or(|g| created >= g)
                     && lte.is_none_or(|l| created <= l)
@@ -694,8 +699,9 @@ impl StripeApi {
     /// `GET /v2/core/events` as Stripe's API description has it: the thin events, newest first,
     /// filtered by `delivery_success` and `created_gte`/`created_lte` (RFC 3339), `limit`
     /// events a page (at most the stand-in's page size), the next page an opaque `page` token
-    /// in `next_page_url` (null on the last page). `hollow`: an empty page with a next one.
-    async fn thin_events(&self, uri: &hyper::Uri, hollow: bool) -> Reply {
+    /// in `next_page_url` (null on the last page), only those of the account `context` names
+    /// (`None`: the key's own). `hollow`: an empty page with a next one.
+    async fn thin_events(&self, uri: &hyper::Uri, context: Option<&str>, hollow: bool) -> Reply {
         let q = query(uri);
         let param = |name: &str| q.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let bad = |message: &str| {
@@ -731,7 +737,9 @@ impl StripeApi {
             .events
             .iter()
             .filter(|(e, delivered)| {
-                e["object"] == "v2.core.event" && success.is_none_or(|s| s == *delivered)
+                e["object"] == "v2.core.event"
+                    && e["context"].as_str() == context
+                    && success.is_none_or(|s| s == *delivered)
             })
             .filter_map(|(e, _)| {
                 let created = e["created"]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::payload_outcome;
-use claimonce_tests::lambda::sample_event;
+use claimonce_tests::lambda::{Scheduled, sample_event};
 use claimonce_tests::senders::StripeApi;
 use serde_json::{Value, json};
 
@@ -323,6 +323,83 @@ async fn a_connected_account_s_snapshot_and_thin_events_apply_the_same_effects_i
         2,
         "each twin is claimed under its snapshot's id, the refused one not at all"
     );
+}
+
+/// stripe-recover finds a connected account's events only in that account's context, as
+/// Stripe lists them: with `RECOVER_CONTEXTS` unset, a connected account's undelivered
+/// snapshot event and thin event are not listed and nothing is applied; naming the account,
+/// each is listed in its context, the thin one completed from its invoice read in that context,
+/// and both are credited once; a second run finds both claimed.
+#[tokio::test]
+async fn stripe_recover_lists_and_completes_a_connected_account_s_events_in_its_context() {
+    const SECRET_KEY: &str = "sk_test_claimonce_connect_recovery";
+    let db = TestDb::new().await;
+    let api = StripeApi::start(SECRET_KEY, 10, None).await;
+    api.put_object_in(
+        Some("acct_1Connected"),
+        "/v1/invoices/in_connrec",
+        invoice("in_connrec", "cus_ConnRec", 700),
+    );
+    let webhook = sample_event("stripe/invoice.paid.json");
+    let mut snapshot: Value =
+        serde_json::from_str(webhook["body"].as_str().expect("a body")).expect("JSON");
+    snapshot["id"] = json!("evt_test_connrec1");
+    snapshot["account"] = json!("acct_1Connected");
+    snapshot["created"] = json!(claimonce_tests::sign::now() - 1800);
+    snapshot["data"]["object"]["customer"] = json!("cus_ConnRec");
+    snapshot["data"]["object"]["amount_paid"] = json!(50);
+    api.add(snapshot.to_string().as_bytes(), false);
+    let mut lost = thin(
+        "evt_test_connrec2",
+        "v1.invoice.paid",
+        Some("/v1/invoices/in_connrec"),
+        None,
+    );
+    lost["context"] = json!("acct_1Connected");
+    api.add(lost.to_string().as_bytes(), false);
+    let recover = |contexts: &'static str| {
+        let env = [
+            ("DATABASE_URL", db.function_url()),
+            ("STRIPE_API_BASE", api.url.as_str()),
+            ("STRIPE_API_KEY", SECRET_KEY),
+            ("RECOVER_THIN_EVENTS", "true"),
+            ("RECOVER_CONTEXTS", contexts),
+        ];
+        async move { Scheduled::start("stripe-recover", &env).await.run().await }
+    };
+
+    let own_only = recover("").await.expect("the run");
+    assert_eq!(
+        (&own_only["listed"], &own_only["applied"]),
+        (&json!(0), &json!(0)),
+        "{own_only}"
+    );
+    assert_eq!(credit_of(&db, "cus_ConnRec").await, 0);
+
+    let connected = recover("acct_1Connected").await.expect("the run");
+    assert_eq!(
+        (
+            &connected["listed"],
+            &connected["applied"],
+            &connected["finished"]
+        ),
+        (&json!(2), &json!(2), &json!(true)),
+        "{connected}"
+    );
+    assert_eq!(credit_of(&db, "cus_ConnRec").await, 50 + 700);
+    assert!(
+        api.fetched()
+            .contains(&"/v1/invoices/in_connrec".to_owned()),
+        "{:?}",
+        api.fetched()
+    );
+    let again = recover("acct_1Connected").await.expect("the run");
+    assert_eq!(
+        (&again["applied"], &again["duplicates"]),
+        (&json!(0), &json!(2)),
+        "{again}"
+    );
+    assert_eq!(credit_of(&db, "cus_ConnRec").await, 50 + 700);
 }
 
 /// A snapshot event and its thin twin (`snapshot_event`) are one claim, whichever comes

@@ -27,6 +27,13 @@
 //! with the snapshot events, each completed from the API as its webhook would be (the related
 //! object read now, or its `snapshot_event`) before its claim.
 //!
+//! A Connect platform's connected accounts' events are their accounts': Stripe lists and serves
+//! them only to a request made in the account's context (`Stripe-Context`), so a list without
+//! one holds the key's own account's events only. `RECOVER_CONTEXTS` (comma-separated account
+//! ids, `acct_…`, or organization paths of them) names the accounts whose events a run lists
+//! too: each list is read once for the key's own account and once in each context, and each
+//! event listed in a context is completed in it (its `context`, or a snapshot's `account`).
+//!
 //! The key is a restricted key with read access to events (`rk_...`), or with thin events a
 //! secret key (`sk_...`: Stripe's `/v2` API takes no other), from `STRIPE_API_KEY` or the
 //! Secrets Manager secret `STRIPE_API_KEY_ARN` names; the API is `STRIPE_API_BASE` (default
@@ -62,6 +69,40 @@ pub const PAGE_SIZE: u32 = 100;
 pub const THIN_PAGE_SIZE: u32 = 20;
 /// The variable that turns on the thin events' listing.
 pub const THIN_VAR: &str = "RECOVER_THIN_EVENTS";
+
+/// The variable that names the connected accounts whose events are listed too.
+pub const CONTEXTS_VAR: &str = "RECOVER_CONTEXTS";
+/// At most this many contexts: each is a listing of its own, every run.
+pub const MAX_CONTEXTS: usize = 100;
+
+/// The contexts `RECOVER_CONTEXTS` names (none when unset or empty): each an account id or an
+/// organization's path of them (letters, digits and `_`, joined by `/`), as Stripe writes a
+/// thin event's `context`; anything else stops the function at start, naming the variable.
+pub fn contexts_from_env() -> Result<Vec<String>, ConfigError> {
+    parse_contexts(config::optional(CONTEXTS_VAR).as_deref().unwrap_or(""))
+        .map_err(|why| ConfigError::new(format!("{CONTEXTS_VAR}: {why}")))
+}
+
+fn parse_contexts(value: &str) -> Result<Vec<String>, String> {
+    let id = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 255
+            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    let mut contexts: Vec<String> = Vec::new();
+    for context in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        if context.len() > 255 || !context.split('/').all(id) {
+            return Err("each entry is an account id (acct_...) or a path of them".into());
+        }
+        if !contexts.iter().any(|c| c == context) {
+            contexts.push(context.to_owned());
+        }
+    }
+    if contexts.len() > MAX_CONTEXTS {
+        return Err(format!("at most {MAX_CONTEXTS} accounts"));
+    }
+    Ok(contexts)
+}
 
 /// Which events a run looks at, and how many it may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -344,6 +385,8 @@ pub struct Recoverer {
     window: Window,
     log: Log,
     margin: Duration,
+    /// The connected accounts listed besides the key's own.
+    contexts: Vec<String>,
 }
 
 impl Recoverer {
@@ -384,7 +427,14 @@ impl Recoverer {
             window,
             log,
             margin,
+            contexts: Vec::new(),
         }
+    }
+
+    /// This recoverer, listing the events of each of `contexts` too (connected accounts).
+    #[must_use]
+    pub fn with_contexts(self, contexts: Vec<String>) -> Self {
+        Self { contexts, ..self }
     }
 
     /// The margin kept before the invocation's deadline.
@@ -437,30 +487,43 @@ impl Recoverer {
         } else {
             &[Source::Snapshot]
         };
+        // The key's own account, then each connected account in its context.
+        let contexts: Vec<Option<&str>> = std::iter::once(None)
+            .chain(self.contexts.iter().map(|c| Some(c.as_str())))
+            .collect();
         for &source in sources {
-            kept.reached = false;
-            match self
-                .list_one(source, &listing, (from, to), window, &mut kept, report)
-                .await
-            {
-                Ok(reached) => kept.reached = reached,
-                Err(why) => {
-                    report.error = Some(why);
+            for &context in &contexts {
+                kept.reached = false;
+                match self
+                    .list_one(
+                        (source, context),
+                        &listing,
+                        (from, to),
+                        window,
+                        &mut kept,
+                        report,
+                    )
+                    .await
+                {
+                    Ok(reached) => kept.reached = reached,
+                    Err(why) => {
+                        report.error = Some(why);
+                        return kept;
+                    }
+                }
+                if !kept.reached {
                     return kept;
                 }
-            }
-            if !kept.reached {
-                return kept;
             }
         }
         kept
     }
 
-    /// One list's pages into `kept`: whether the listing reached the window's start, or why it
-    /// failed (data-free).
+    /// One list's pages, read in `context` (`None`: the key's own account), into `kept`:
+    /// whether the listing reached the window's start, or why it failed (data-free).
     async fn list_one(
         &self,
-        source: Source,
+        (source, context): (Source, Option<&str>),
         listing: &Budget,
         (from, to): (u64, u64),
         window: Window,
@@ -468,7 +531,18 @@ impl Recoverer {
         report: &mut Report,
     ) -> Result<bool, String> {
         let cap = usize::try_from(window.max_events).unwrap_or(usize::MAX);
-        let auth = self.key.bearer()?;
+        let mut headers = vec![self.key.bearer()?];
+        if let Some(context) = context {
+            // Checked at start: letters, digits, `_` and `/` only.
+            let value = http::HeaderValue::from_str(context)
+                .map_err(|_| format!("{CONTEXTS_VAR}: a context that cannot be sent"))?;
+            headers.push((http::HeaderName::from_static("stripe-context"), value));
+        }
+        // A failure names the account it was listed for (an id, no secret).
+        let listing_events = match context {
+            None => "listing events".to_owned(),
+            Some(context) => format!("listing events in context {context}"),
+        };
         let first = source.first_page(from, to)?;
         let mut path = first.clone();
         loop {
@@ -477,7 +551,7 @@ impl Recoverer {
             }
             let answer = match self
                 .api
-                .send(http::Method::GET, &path, std::slice::from_ref(&auth), None)
+                .send(http::Method::GET, &path, &headers, None)
                 .await
             {
                 Ok(answer) => answer,
@@ -485,24 +559,24 @@ impl Recoverer {
                     report.rate_limited_seconds = Some(retry_after.as_secs());
                     return Ok(false);
                 }
-                Err(e) => return Err(format!("listing events: {e}")),
+                Err(e) => return Err(format!("{listing_events}: {e}")),
             };
             if !answer.status.is_success() {
                 return Err(format!(
-                    "listing events: HTTP {}: {}",
+                    "{listing_events}: HTTP {}: {}",
                     answer.status.as_u16(),
                     stripe_error(&answer.body)
                 ));
             }
             let page = source
                 .page(&answer.body, &first)
-                .map_err(|why| format!("listing events: {why}"))?;
+                .map_err(|why| format!("{listing_events}: {why}"))?;
             report.pages += 1;
             let mut listed = Vec::with_capacity(page.data.len());
             for raw in page.data {
                 let (id, created) = source
                     .head(&raw)
-                    .ok_or("listing events: an event without id or created")?;
+                    .ok_or_else(|| format!("{listing_events}: an event without id or created"))?;
                 listed.push(Listed { id, created, raw });
             }
             report.listed += listed.len() as u64;
@@ -646,14 +720,11 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         let window = Window::from_env()?;
         let fetch_timeout = fetch::timeout_from_env()?;
         let settings = Settings::from_env().await?;
-        Ok::<_, ConfigError>(Recoverer::new(
-            api,
-            key,
-            settings,
-            window,
-            fetch_timeout,
-            log.clone(),
-        ))
+        let contexts = contexts_from_env()?;
+        Ok::<_, ConfigError>(
+            Recoverer::new(api, key, settings, window, fetch_timeout, log.clone())
+                .with_contexts(contexts),
+        )
     }
     .await;
     let recoverer = log.config(built)?;
@@ -671,6 +742,26 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_contexts_are_account_paths_and_nothing_else() {
+        assert_eq!(parse_contexts(""), Ok(vec![]));
+        assert_eq!(
+            parse_contexts(" acct_1A, org_1B/acct_1C ,acct_1A,"),
+            Ok(vec!["acct_1A".to_owned(), "org_1B/acct_1C".to_owned()])
+        );
+        for bad in [
+            "acct_1\r\nx: 1",
+            "acct_1//acct_2",
+            "acct 1",
+            "acct_1/",
+            "../x",
+        ] {
+            assert!(parse_contexts(bad).is_err(), "{bad}");
+        }
+        let many: Vec<String> = (0..=MAX_CONTEXTS).map(|i| format!("acct_{i}")).collect();
+        assert!(parse_contexts(&many.join(",")).is_err());
+    }
 
     #[test]
     fn the_window_is_stripe_s_retries_and_a_margin_and_at_most_its_30_days() {
