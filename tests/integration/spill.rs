@@ -21,19 +21,23 @@ use tokio::process::Child;
 
 /// A provider's spill queue attribute as template.yaml declares it (`<Name>SpillQueue`).
 fn declared(attribute: &str) -> String {
+    declared_in("StripeSpillQueue", attribute)
+        .unwrap_or_else(|| panic!("StripeSpillQueue has no {attribute}"))
+}
+
+/// An attribute of the template.yaml resource `resource`, if it declares one.
+fn declared_in(resource: &str, attribute: &str) -> Option<String> {
     let template = std::fs::read_to_string(functions::workspace_root().join("template.yaml"))
         .expect("template.yaml");
     let block = template
-        .split("\n  StripeSpillQueue:\n")
+        .split(&format!("\n  {resource}:\n"))
         .nth(1)
-        .expect("a StripeSpillQueue resource");
+        .unwrap_or_else(|| panic!("a {resource} resource"));
     block
         .lines()
         .take_while(|l| l.is_empty() || l.starts_with("    "))
         .find_map(|l| l.trim().strip_prefix(&format!("{attribute}: ")))
-        .unwrap_or_else(|| panic!("StripeSpillQueue has no {attribute}"))
-        .trim_matches('\'')
-        .to_owned()
+        .map(|v| v.trim_matches('\'').to_owned())
 }
 
 /// A spill queue and its dead-letter queue in moto, as the template makes them; the queue's
@@ -833,14 +837,19 @@ async fn the_drain_applies_only_a_signed_delivery_from_its_own_queue() {
 /// and the largest tolerance) is refused as stale and applies nothing, even with no ledger row
 /// left to make it a duplicate (the sweep keeps rows at least 31 days); one signed 2 days ago,
 /// as a message kept through an outage may be, is applied. The bound is the template's: both
-/// spill queues keep a message 14 days.
+/// spill queues are standard queues that keep a message 14 days.
 #[tokio::test]
 async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applies_a_younger_one() {
-    assert_eq!(
-        declared("MessageRetentionPeriod"),
-        claimonce::spill::SPILL_RETENTION_SECONDS.to_string(),
-        "the bound is the spill queue's retention as deployed"
-    );
+    // A standard queue's message keeps its first enqueue time in its dead-letter queue (a FIFO
+    // queue's would start again), so the longer of the two retentions bounds its age.
+    for queue in ["StripeSpillQueue", "StripeSpillDeadLetterQueue"] {
+        assert_eq!(
+            declared_in(queue, "MessageRetentionPeriod"),
+            Some(claimonce::spill::SPILL_RETENTION_SECONDS.to_string()),
+            "the bound is {queue}'s retention as deployed"
+        );
+        assert_eq!(declared_in(queue, "FifoQueue"), None, "{queue} is standard");
+    }
     the_drain_bounds_the_signed_age("stripe", "customers", |id, age, own| {
         let (body, signature) = signed_invoice(age);
         spilled_record(id, &body, &[("stripe-signature", &signature)], own)
