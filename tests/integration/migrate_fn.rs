@@ -1110,6 +1110,14 @@ async fn rds_like(
         .expect("settings")
     };
     let admin = superuser("postgres").connect().await.expect("connect");
+    as_on_rds(&admin).await;
+    (server, superuser)
+}
+
+/// Makes the server as RDS's master user sees it, through the superuser client `admin`:
+/// `rds_iam`, which `rds_superuser` may grant, and the master `claimonce_admin` (password
+/// `master-pw`, a member of `rds_superuser`) owning database `claimonce`.
+async fn as_on_rds(admin: &tokio_postgres::Client) {
     admin
         .batch_execute(
             "CREATE ROLE rds_iam NOLOGIN; CREATE ROLE rds_superuser NOLOGIN; \
@@ -1123,7 +1131,6 @@ async fn rds_like(
         .batch_execute("CREATE DATABASE claimonce OWNER claimonce_admin TEMPLATE template0")
         .await
         .expect("its database");
-    (server, superuser)
 }
 
 /// The logins of the first-login tests: a receiver's and a job's, created with `rds_iam`.
@@ -1311,19 +1318,7 @@ async fn the_first_login_reads_the_master_secret_and_verifies_the_writer_s_certi
     .connect()
     .await
     .expect("connect");
-    admin
-        .batch_execute(
-            "CREATE ROLE rds_iam NOLOGIN; CREATE ROLE rds_superuser NOLOGIN; \
-             GRANT rds_iam TO rds_superuser WITH ADMIN OPTION; \
-             CREATE ROLE claimonce_admin LOGIN CREATEROLE CREATEDB PASSWORD 'master-pw' \
-             IN ROLE rds_superuser",
-        )
-        .await
-        .expect("an RDS-like master");
-    admin
-        .batch_execute("CREATE DATABASE claimonce OWNER claimonce_admin TEMPLATE template0")
-        .await
-        .expect("its database");
+    as_on_rds(&admin).await;
     tls.require_password(&admin, "claimonce_admin").await;
     let secret = Recorder::secrets_manager(
         FIRST_LOGIN_SECRET,
