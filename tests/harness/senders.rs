@@ -1057,6 +1057,11 @@ impl ResendApi {
                 return error(404, "not_found", "Event not found");
             }
             state.replays.push(id.to_owned());
+            // A replay Resend delivered moves the event out of `failed`, as its next listing
+            // shows.
+            if let Some(event) = state.events.iter_mut().find(|e| e.id == id) {
+                event.status = "success".to_owned();
+            }
             return reply(200, &[], json!({"object": "event", "id": id}));
         }
         error(404, "not_found", "Not found")

@@ -1009,6 +1009,30 @@ async fn resend_recover_keeps_to_its_cap_stops_at_a_rate_limit_and_fails_on_a_re
     let limited = ok(recover.run().await);
     assert_eq!(limited["rate_limited_seconds"], 1, "{limited}");
     assert_eq!(limited["replayed"], 0, "{limited}");
+    // The next runs carry on, one a run, with what is still failed (a new environment: this
+    // one waits out the rate limit it was told): each of the rest is replayed once, and then
+    // nothing is left.
+    let recover = resend_recover(&api, &[("RECOVER_MAX_REPLAYS", "1")]).await;
+    for (n, id) in [(2, "msg_cap_1"), (3, "msg_cap_2")] {
+        let run = ok(recover.run().await);
+        assert_eq!(run["replayed"], 1, "run {n}: {run}");
+        assert_eq!(
+            api.replays().last().map(String::as_str),
+            Some(id),
+            "run {n}"
+        );
+    }
+    let done = ok(recover.run().await);
+    assert_eq!(
+        (&done["replayed"], &done["finished"]),
+        (&json!(0), &json!(true)),
+        "{done}"
+    );
+    assert_eq!(
+        api.replays(),
+        ["msg_cap_0", "msg_cap_1", "msg_cap_2"],
+        "each once"
+    );
 
     let refused = ResendApi::start("re_another_key", RESEND_WEBHOOK, 100).await;
     let recover = resend_recover(&refused, &[]).await;
