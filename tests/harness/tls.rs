@@ -168,19 +168,26 @@ impl TlsServer {
             .expect("reload");
     }
 
+    /// A plain superuser connection to its `postgres` database, for set-up and assertions.
+    pub async fn superuser(&self) -> claimonce::db::Connection {
+        claimonce::db::Settings::from_url(
+            &self.url("127.0.0.1", Some("disable")),
+            None,
+            crate::db::test_timeouts(),
+        )
+        .expect("settings")
+        .connect()
+        .await
+        .expect("connect")
+    }
+
     /// Starts the server and applies the project's migrations; returns it with a plain
     /// superuser connection for set-up and assertions.
     pub async fn migrated() -> (Self, claimonce::db::Connection) {
         let tls = tokio::task::spawn_blocking(Self::start)
             .await
             .expect("start");
-        let settings = claimonce::db::Settings::from_url(
-            &tls.url("127.0.0.1", Some("disable")),
-            None,
-            crate::db::test_timeouts(),
-        )
-        .expect("settings");
-        let mut admin = settings.connect().await.expect("connect");
+        let mut admin = tls.superuser().await;
         claimonce::migrate::apply(&mut admin, claimonce_local::migrations::ALL)
             .await
             .expect("migrate");

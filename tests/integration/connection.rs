@@ -197,15 +197,7 @@ async fn a_certificate_or_password_refusal_is_not_unavailable_and_so_never_queue
         "a name the certificate does not carry: {why}"
     );
 
-    let admin = Settings::from_url(
-        &tls.url("127.0.0.1", Some("disable")),
-        None,
-        test_timeouts(),
-    )
-    .expect("settings")
-    .connect()
-    .await
-    .expect("connect");
+    let admin = tls.superuser().await;
     admin
         .batch_execute("CREATE ROLE pw_login LOGIN PASSWORD 'right-pw'")
         .await

@@ -1309,15 +1309,7 @@ async fn the_first_login_reads_the_master_secret_and_verifies_the_writer_s_certi
     let tls = tokio::task::spawn_blocking(claimonce_tests::tls::TlsServer::start)
         .await
         .expect("a server of its own");
-    let admin = Settings::from_url(
-        &tls.url("127.0.0.1", Some("disable")),
-        None,
-        test_timeouts(),
-    )
-    .expect("settings")
-    .connect()
-    .await
-    .expect("connect");
+    let admin = tls.superuser().await;
     as_on_rds(&admin).await;
     tls.require_password(&admin, "claimonce_admin").await;
     let secret = Recorder::secrets_manager(

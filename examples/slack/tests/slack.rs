@@ -18,15 +18,19 @@ const SECRET: &str = "claimonce-local-slack-signing-secret";
 
 static SCRATCH: OnceCell<Scratch> = OnceCell::const_new();
 
-async fn migrated() -> (ScratchDb<'static>, Client, String) {
-    let scratch = SCRATCH
+/// The test process's databases: claimonce's shared migrations and this crate's.
+async fn scratch() -> &'static Scratch {
+    SCRATCH
         .get_or_init(|| async {
             kit::databases("slack-test", MIGRATIONS)
                 .await
                 .expect("a private PostgreSQL")
         })
-        .await;
-    let db = scratch.migrated().await.expect("a database");
+        .await
+}
+
+async fn migrated() -> (ScratchDb<'static>, Client, String) {
+    let db = scratch().await.migrated().await.expect("a database");
     let admin = db.admin().await.expect("admin");
     let login = db.login(Slack::NAME).await.expect("the login");
     (db, admin, login)
@@ -156,14 +160,7 @@ async fn a_bad_signature_or_an_unknown_payload_is_refused_and_writes_nothing() {
 
 #[tokio::test]
 async fn the_binaries_migrate_answer_the_check_and_apply_an_event_under_the_emulator() {
-    let scratch = SCRATCH
-        .get_or_init(|| async {
-            kit::databases("slack-test", MIGRATIONS)
-                .await
-                .expect("a private PostgreSQL")
-        })
-        .await;
-    let db = scratch.empty().await.expect("a database");
+    let db = scratch().await.empty().await.expect("a database");
     let migrate = Binary::start(
         "slack-migrate",
         env!("CARGO_BIN_EXE_slack-migrate"),
