@@ -357,7 +357,7 @@ impl Provider for Stripe {
     }
 
     fn completes(&self, event: &Parsed<StripeEvent>) -> bool {
-        matches!(event.event, StripeEvent::Thin(_))
+        thin::fetches(event)
     }
 
     /// A thin event is completed from Stripe's API (`thin`); every other event is as parsed.

@@ -116,6 +116,16 @@ pub fn parse_thin(body: &[u8]) -> Result<Parsed<StripeEvent>, Rejection> {
     ))
 }
 
+/// Whether completing the thin event `event` reads Stripe's API: only a `v1.` type with an
+/// effect here does.
+pub fn fetches(event: &Parsed<StripeEvent>) -> bool {
+    matches!(event.event, StripeEvent::Thin(_))
+        && event
+            .event_type
+            .strip_prefix("v1.")
+            .is_some_and(|kind| crate::EFFECT_TYPES.contains(&kind))
+}
+
 /// The thin event `event` completed from Stripe's API (module documentation).
 pub async fn complete(
     event: &Parsed<StripeEvent>,
@@ -129,11 +139,7 @@ pub async fn complete(
             StripeEvent::Other,
         )
     };
-    let has_effect = event
-        .event_type
-        .strip_prefix("v1.")
-        .is_some_and(|kind| crate::EFFECT_TYPES.contains(&kind));
-    if !has_effect {
+    if !fetches(event) {
         return Ok(gone());
     }
     let context: Vec<(&str, &str)> = thin
