@@ -1,12 +1,15 @@
-//! The CloudFormation custom-resource protocol: the request CloudFormation invokes the function
-//! with, and the response it waits for, PUT to the request's pre-signed `ResponseURL`.
+//! The CloudFormation custom resource: the request CloudFormation invokes the function with,
+//! the response it waits for, PUT to the request's pre-signed `ResponseURL`, and how the
+//! [`Migrator`] answers each invocation.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+
+use crate::{Migrator, Outcome, PHYSICAL_RESOURCE_ID};
 
 /// A custom-resource request (the fields this function reads).
 #[derive(Debug, Clone, Deserialize)]
@@ -209,6 +212,133 @@ pub async fn put(url: &str, response: &Response) -> Result<(), PutFailed> {
         }
     }
     Err(PutFailed(last))
+}
+
+/// How the migrate function answers an invocation: a custom-resource request by doing what it
+/// asks and PUT-ing the response, a plain invoke with what was applied.
+impl Migrator {
+    /// True when `request` names another version of this function than the one running.
+    /// That is CloudFormation rolling the resource back to the previous deploy's properties
+    /// (the old version) while the alias still runs the new code: migrations are
+    /// forward-only, so there is nothing to do, and applying the new code's migrations again
+    /// (perhaps the one that just failed) would leave the stack unable to roll back.
+    fn is_for_another_version(&self, request: &Request) -> bool {
+        match (&self.version, &request.resource_properties.function_version) {
+            (Some(running), Some(requested)) => {
+                requested.rsplit(':').next() != Some(running.as_str())
+            }
+            _ => false,
+        }
+    }
+
+    /// `ResponseURL` (the return value is then only for the log); a plain invoke returns
+    /// `{"applied": [...], "latest": n}`, or an error when the migrations failed. The only
+    /// error for a custom resource is a response that could not be delivered, so that Lambda
+    /// retries the invocation (applying is idempotent).
+    pub async fn handle(&self, event: &Value) -> Result<Value, String> {
+        self.handle_until(event, None).await
+    }
+
+    /// As [`Migrator::handle`], with the database work ending by `deadline` (see
+    /// [`Migrator::apply_until`]).
+    pub async fn handle_until(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<Value, String> {
+        let Some(request) = Request::from_event(event) else {
+            let result = self.apply_until(deadline).await;
+            self.write("Invoke", &result);
+            return result.map(|o| json!({"applied": o.applied, "latest": o.latest}));
+        };
+        // A request whose answer would go anywhere but CloudFormation's own S3 URL did not come
+        // from CloudFormation: nothing is done for it and nothing is sent.
+        let loopback = self.options.as_ref().is_ok_and(|o| o.loopback_response_url);
+        if let Err(why) = response_url_allowed(&request.response_url, loopback) {
+            let mut line = serde_json::Map::new();
+            line.insert("request_type".into(), request.request_type.clone().into());
+            line.insert("error".into(), why.into());
+            self.log.write(
+                claimonce::log::Level::Error,
+                "custom-resource request refused",
+                line,
+            );
+            return Err(format!("custom-resource request refused: {why}"));
+        }
+        let response = self.respond_until(&request, deadline).await;
+        put(&request.response_url, &response)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::to_value(&response).map_err(|_| "encoding the response".to_owned())
+    }
+
+    /// The response to a custom-resource request, after doing what it asks.
+    pub async fn respond(&self, request: &Request) -> Response {
+        self.respond_until(request, None).await
+    }
+
+    /// As [`Migrator::respond`], with the database work ending by `deadline`.
+    pub async fn respond_until(&self, request: &Request, deadline: Option<Instant>) -> Response {
+        let physical = request
+            .physical_resource_id
+            .clone()
+            .unwrap_or_else(|| PHYSICAL_RESOURCE_ID.to_owned());
+        let result = match request.request_type.as_str() {
+            // The schema and its data outlive the stack: removing the resource (or rolling
+            // back a failed create) must not touch the database.
+            "Delete" => Ok(None),
+            // Answered with the same data keys as an apply: the template reads
+            // DatabaseMigrations.Latest, and a missing key would fail the rollback.
+            "Create" | "Update" if self.is_for_another_version(request) => {
+                let mut line = Map::new();
+                line.insert("request_type".into(), request.request_type.as_str().into());
+                self.log.write(
+                    claimonce::log::Level::Info,
+                    "migrations skipped: the request is for another function version (a rollback)",
+                    line,
+                );
+                Ok(Some(Outcome {
+                    applied: Vec::new(),
+                    latest: self.latest(),
+                }))
+            }
+            "Create" | "Update" => self.apply_until(deadline).await.map(Some),
+            other => Err(format!("unknown RequestType {other:?}")),
+        };
+        let mut data = Map::new();
+        let (status, reason) = match &result {
+            Ok(Some(outcome)) => {
+                let applied: Vec<String> =
+                    outcome.applied.iter().map(ToString::to_string).collect();
+                // Custom-resource data values are strings (Fn::GetAtt returns strings).
+                data.insert("Applied".into(), applied.join(",").into());
+                data.insert("Latest".into(), outcome.latest.to_string().into());
+                (Status::Success, None)
+            }
+            Ok(None) => (Status::Success, None),
+            Err(e) => {
+                let stream = claimonce::config::optional("AWS_LAMBDA_LOG_STREAM_NAME")
+                    .map_or(String::new(), |s| format!(" (log stream {s})"));
+                (Status::Failed, Some(format!("{e}{stream}")))
+            }
+        };
+        let logged = result.clone().map(|o| {
+            o.unwrap_or_else(|| Outcome {
+                applied: Vec::new(),
+                latest: self.latest(),
+            })
+        });
+        self.write(&request.request_type, &logged);
+        Response {
+            status,
+            reason,
+            physical_resource_id: physical,
+            stack_id: request.stack_id.clone(),
+            request_id: request.request_id.clone(),
+            logical_resource_id: request.logical_resource_id.clone(),
+            data,
+        }
+    }
 }
 
 #[cfg(test)]
