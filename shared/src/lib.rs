@@ -164,7 +164,7 @@ pub mod prelude {
     pub use crate::effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
     pub use crate::forward::Forwardable;
     pub use crate::ids::EventId;
-    pub use crate::provider::{Parsed, Provider, Signed, Unsigned};
+    pub use crate::provider::{Parsed, Provider, ProviderName, Signed, Unsigned};
     pub use crate::response::{Handshake, Problem, Rejection};
     pub use crate::verify::{Scheme, Sign, Verify, split_secrets};
     pub use tokio_postgres::types::Type;
@@ -175,7 +175,7 @@ pub use effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx}
 pub use forward::Forwardable;
 pub use ids::{EventId, MAX_EVENT_ID_LEN};
 pub use lambda::{run_from_env, serve};
-pub use provider::{Parsed, Provider, Signed, Unsigned};
+pub use provider::{Parsed, Provider, ProviderName, Signed, Unsigned};
 pub use receiver::{Admission, Admitted, Limits, Receiver, Recovered};
 pub use response::{Disposition, Handshake, Problem, Rejection};
 /// PostgreSQL parameter types, for [`Param::new`].

@@ -150,8 +150,46 @@ impl<E> Parsed<E> {
     }
 }
 
+/// A provider's name, which claimonce gives every [`Provider`] from its registry entry. Its one
+/// implementation is claimonce's, for every provider, so a provider crate cannot set it:
+///
+/// ```compile_fail,E0119
+/// # use claimonce::ProviderName;
+/// # struct Example;
+/// # impl claimonce::Provider for Example {
+/// #     type Event = ();
+/// #     type Rust<'e> = claimonce::NoRustEffect;
+/// #     const MANIFEST: &'static str = "[package.metadata.claimonce]\nprovider = \"example\"\n";
+/// #     fn verifier(&self) -> Option<&dyn claimonce::verify::Scheme> { None }
+/// #     fn parse(
+/// #         &self,
+/// #         _: &claimonce::Signed<'_>,
+/// #         _: &claimonce::Unsigned<'_>,
+/// #     ) -> Result<claimonce::Parsed<()>, claimonce::Rejection> {
+/// #         unimplemented!()
+/// #     }
+/// #     fn plan<'e>(&'e self, _: &'e claimonce::Parsed<()>) -> claimonce::Plan<Self::Rust<'e>> {
+/// #         claimonce::Plan::Nothing
+/// #     }
+/// # }
+/// impl ProviderName for Example {
+///     const NAME: &'static str = "another";
+/// }
+/// ```
+pub trait ProviderName {
+    /// The ledger namespace (`processed_events.provider`), the route segment and the role's
+    /// suffix: the registry entry's `provider`, read from [`Provider::MANIFEST`] by the
+    /// compiler (a manifest without one does not build).
+    const NAME: &'static str;
+}
+
+impl<P: Provider + ?Sized> ProviderName for P {
+    const NAME: &'static str = claimonce_registry::provider_name(P::MANIFEST);
+}
+
 /// What a provider contributes: how to verify, how to read the event, what the event does.
-pub trait Provider: Send + Sync + 'static {
+/// Its name ([`ProviderName::NAME`]) comes with it.
+pub trait Provider: ProviderName + Send + Sync + 'static {
     /// The provider's event, as its effect needs it.
     type Event: Send + Sync;
 
@@ -159,11 +197,6 @@ pub trait Provider: Send + Sync + 'static {
     /// registry entry (`[package.metadata.claimonce]`) is where the provider's name and secret
     /// variable are written, once ([`claimonce_registry`]).
     const MANIFEST: &'static str;
-
-    /// The ledger namespace (`processed_events.provider`), the route segment and the role's
-    /// suffix: the registry entry's `provider`, read from [`Provider::MANIFEST`] by the
-    /// compiler (a manifest without one does not build). Not to be set.
-    const NAME: &'static str = claimonce_registry::provider_name(Self::MANIFEST);
 
     /// The provider with no signing secret, for a function that takes its sender's events
     /// through EventBridge alone ([`crate::bridge`]): it refuses every webhook (400
