@@ -80,9 +80,7 @@ impl Verify for PaddleSignature {
         let (ts, candidates) = parse_header(value)?;
         self.keys
             .check(&[ts.to_string().as_bytes(), b":", body], &candidates)?;
-        let mut verified = Verified::default();
-        verified.signed_at = Some(ts);
-        Ok(verified)
+        Ok(Verified::at(ts))
     }
 
     fn tolerance(&self) -> u64 {

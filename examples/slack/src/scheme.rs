@@ -60,9 +60,7 @@ impl Verify for SlackSignature {
             })?;
         self.keys
             .check(&[b"v0:", timestamp.as_bytes(), b":", body], &[tag])?;
-        let mut verified = Verified::default();
-        verified.signed_at = Some(ts);
-        Ok(verified)
+        Ok(Verified::at(ts))
     }
 
     fn tolerance(&self) -> u64 {

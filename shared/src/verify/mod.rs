@@ -22,7 +22,8 @@ pub const MAX_SIGNATURES: usize = 8;
 
 /// What a successful verification learned from the signed headers. It grows with the schemes
 /// (`signed_at` came with the drain's check), so outside this crate it is built with
-/// `Verified::default()` and its fields set.
+/// [`Verified::at`] (a scheme that signs a time), `Verified::default()` (one that signs the
+/// body alone) and [`Verified::with_message_id`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Verified {
@@ -31,6 +32,25 @@ pub struct Verified {
     /// The unix time the signature covers, when the scheme signs one: what
     /// [`Verify::verify`] holds to the scheme's tolerance.
     pub signed_at: Option<u64>,
+}
+
+impl Verified {
+    /// A signature that covers the unix time `signed_at`, held to the scheme's tolerance.
+    pub const fn at(signed_at: u64) -> Self {
+        Self {
+            message_id: None,
+            signed_at: Some(signed_at),
+        }
+    }
+
+    /// The same, with the message id the signature covers.
+    #[must_use]
+    pub fn with_message_id(self, message_id: EventId) -> Self {
+        Self {
+            message_id: Some(message_id),
+            ..self
+        }
+    }
 }
 
 /// A signature scheme configured with its secrets and tolerance.

@@ -142,10 +142,7 @@ impl Verify for StandardWebhooks {
             &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
             &candidates,
         )?;
-        Ok(Verified {
-            message_id: Some(message_id),
-            signed_at: Some(timestamp_value),
-        })
+        Ok(Verified::at(timestamp_value).with_message_id(message_id))
     }
 
     fn tolerance(&self) -> u64 {

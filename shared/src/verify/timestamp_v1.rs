@@ -121,10 +121,7 @@ impl Verify for TimestampV1 {
         let timestamp = header.timestamp.to_string();
         self.keys
             .check(&[timestamp.as_bytes(), b".", body], &header.signatures)?;
-        Ok(Verified {
-            message_id: None,
-            signed_at: Some(header.timestamp),
-        })
+        Ok(Verified::at(header.timestamp))
     }
 
     fn tolerance(&self) -> u64 {
