@@ -139,22 +139,33 @@ impl Effect {
         }
     }
 
+    /// The same call with the claim's provider and event id passed first, as the function's
+    /// first two parameters (both `text`), then the call's own: the ledger's key for a row the
+    /// effect writes, taken from the claim rather than passed again.
+    #[must_use]
+    pub fn with_claim(self) -> Self {
+        Self {
+            with_claim: true,
+            ..self
+        }
+    }
+
     /// Hands the claimed event to the outbox unchanged, under `topic`, and so to the relay's
     /// queue: "verified, exactly once, onto a queue", with no table of the provider's own. The
     /// relay sends the signed bytes as they arrived, with the signature header
     /// ([`Forwardable::signed_by`]), so a consumer can verify them.
     pub fn forward(topic: String, event: Forwardable) -> Self {
         let (header, value) = event.signature.unzip();
-        Self {
-            function: FORWARD_FUNCTION,
-            params: vec![
+        Self::call(
+            FORWARD_FUNCTION,
+            vec![
                 Param::new(topic, Type::TEXT),
                 Param::new(event.body, Type::TEXT),
                 Param::new(header, Type::TEXT),
                 Param::new(value, Type::TEXT),
             ],
-            with_claim: true,
-        }
+        )
+        .with_claim()
     }
 
     /// The effect function's name.

@@ -319,6 +319,27 @@ mod tests {
         );
     }
 
+    /// The claim's identity comes first in a call that asks for it: the forward's function
+    /// called so takes the statement a forward makes (and the migrations test prepares it).
+    #[test]
+    fn a_call_with_the_claim_passes_its_provider_and_event_id_first() {
+        let effect = Effect::call(
+            "claimonce_forward_v2",
+            vec![
+                Param::new("github.ping", Type::TEXT),
+                Param::new("{}", Type::TEXT),
+                Param::new(None::<String>, Type::TEXT),
+                Param::new(None::<String>, Type::TEXT),
+            ],
+        )
+        .with_claim();
+        assert_eq!(
+            statement(Some(&effect)),
+            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
+             claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+        );
+    }
+
     #[test]
     fn a_forward_passes_the_claims_identity_then_the_topic_and_the_body() {
         let body = Forwardable::new(br#"{"zen":"Keep it logically awesome."}"#).expect("JSON");

@@ -275,8 +275,9 @@ async fn the_committed_schema_is_what_the_migrations_make() {
 }
 
 /// One `Effect::call("name", vec![Param::new(.., Type::X), ..])` in a crate's source: the
-/// function it names and the argument types, in order.
-fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>)> {
+/// function it names, the argument types, in order, and whether `.with_claim()` follows it
+/// (the claim's provider and event id passed first).
+fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>, bool)> {
     let mut calls = Vec::new();
     for (at, _) in source.match_indices("Effect::call(") {
         let rest = &source[at + "Effect::call(".len()..];
@@ -291,11 +292,17 @@ fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>)> {
                     &rest[..80.min(rest.len())]
                 )
             });
-        let args = rest
+        let (args, after) = rest
             .split_once("vec![")
             .and_then(|(_, r)| r.split_once(']'))
-            .map(|(args, _)| args)
             .unwrap_or_else(|| panic!("{name}: arguments not a vec![..] literal"));
+        let with_claim = after
+            .trim_start()
+            .strip_prefix(',')
+            .unwrap_or(after)
+            .trim_start()
+            .strip_prefix(')')
+            .is_some_and(|r| r.trim_start().starts_with(".with_claim()"));
         let types = args
             .split("Type::")
             .skip(1)
@@ -306,7 +313,7 @@ fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>)> {
                     .to_owned()
             })
             .collect();
-        calls.push((name, types));
+        calls.push((name, types, with_claim));
     }
     calls
 }
@@ -360,13 +367,18 @@ async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() 
             continue;
         }
         let source = std::fs::read_to_string(&path).expect("source");
-        for (name, types) in effect_calls_in(&source) {
+        for (name, types, with_claim) in effect_calls_in(&source) {
             let params = types
                 .iter()
                 .map(|t| claimonce::Param::new(None::<String>, postgres_type(t)))
                 .collect();
             let function: &'static str = Box::leak(name.clone().into_boxed_str());
             let effect = claimonce::Effect::call(function, params);
+            let effect = if with_claim {
+                effect.with_claim()
+            } else {
+                effect
+            };
             let declared = types.iter().map(|t| postgres_type(t)).collect();
             prepare(&client, &effect, declared)
                 .await
