@@ -39,25 +39,34 @@ use crate::forward::{FORWARD_FUNCTION, Forwardable};
 
 pub use tokio_postgres::Row;
 
-/// One argument of an effect, with its PostgreSQL type.
-pub struct Param {
-    pub(crate) value: Box<dyn ToSql + Send + Sync>,
+/// One typed parameter of a statement, with its PostgreSQL type: an argument of an effect
+/// function ([`Effect::call`], which owns its values: `Param<'static>`) or of a Rust effect's
+/// statement ([`Tx::execute`], whose values may borrow the event). The one spelling of both is
+/// `Param::new(value, Type::TEXT)`.
+pub struct Param<'v> {
+    pub(crate) value: Box<dyn ToSql + Send + Sync + 'v>,
     pub(crate) ty: Type,
 }
 
-impl Param {
-    /// An argument of the given type (`Type::TEXT`, `Type::INT8`, `Type::TEXT_ARRAY`, ...). The
-    /// effect function's parameter must have exactly this type: PostgreSQL picks the function
-    /// by its argument types.
-    pub fn new<T: ToSql + Send + Sync + 'static>(value: T, ty: Type) -> Self {
+impl<'v> Param<'v> {
+    /// A parameter of the given type (`Type::TEXT`, `Type::INT8`, `Type::TEXT_ARRAY`, ...): an
+    /// owned value, or a reference (`&event.amount`, `event_id.as_str()`). An effect
+    /// function's parameter must have exactly this type: PostgreSQL picks the function by its
+    /// argument types.
+    pub fn new<T: ToSql + Send + Sync + 'v>(value: T, ty: Type) -> Self {
         Self {
             value: Box::new(value),
             ty,
         }
     }
+
+    /// The value and its type, as tokio-postgres takes a typed parameter.
+    pub(crate) fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
+        (&*self.value as &(dyn ToSql + Sync), self.ty.clone())
+    }
 }
 
-impl std::fmt::Debug for Param {
+impl std::fmt::Debug for Param<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Values are event data: show only the type.
         write!(f, "Param({})", self.ty)
@@ -124,14 +133,14 @@ impl RustEffect for NoRustEffect {
 #[derive(Debug)]
 pub struct Effect {
     function: &'static str,
-    params: Vec<Param>,
+    params: Vec<Param<'static>>,
     /// The claim's provider and event id are passed first (`$1, $2`).
     with_claim: bool,
 }
 
 impl Effect {
     /// A call of `function` (a versioned name such as `stripe_credit_v1`) with `params`.
-    pub fn call(function: &'static str, params: Vec<Param>) -> Self {
+    pub fn call(function: &'static str, params: Vec<Param<'static>>) -> Self {
         Self {
             function,
             params,
@@ -174,7 +183,7 @@ impl Effect {
     }
 
     /// The call's function, arguments and whether the claim's identity comes first.
-    pub(crate) fn call_parts(&self) -> (&'static str, &[Param], bool) {
+    pub(crate) fn call_parts(&self) -> (&'static str, &[Param<'static>], bool) {
         (self.function, &self.params, self.with_claim)
     }
 }
@@ -193,8 +202,8 @@ impl fmt::Debug for Tx<'_> {
     }
 }
 
-/// One statement's parameters, each with its PostgreSQL type (as [`crate::Param`]).
-pub type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
+/// One statement's parameters, each a [`Param`] with its PostgreSQL type.
+pub type Params<'a> = &'a [Param<'a>];
 
 impl<'c> Tx<'c> {
     pub(crate) fn new(client: &'c Client, deadline: tokio::time::Instant) -> Self {
@@ -240,7 +249,7 @@ impl<'c> Tx<'c> {
         let run = async {
             let stream = self
                 .client
-                .query_typed_raw(sql, params.iter().map(|(v, t)| (*v, t.clone())))
+                .query_typed_raw(sql, params.iter().map(Param::typed))
                 .await?;
             futures_util::pin_mut!(stream);
             while futures_util::TryStreamExt::try_next(&mut stream)
@@ -255,7 +264,14 @@ impl<'c> Tx<'c> {
     /// Runs a statement and returns its rows.
     pub async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, EffectError> {
         self.admit(sql)?;
-        self.note(self.client.query_typed(sql, params).await)
+        let run = async {
+            let stream = self
+                .client
+                .query_typed_raw(sql, params.iter().map(Param::typed))
+                .await?;
+            futures_util::TryStreamExt::try_collect(stream).await
+        };
+        self.note(run.await)
     }
 
     /// Runs a statement that returns at most one row.

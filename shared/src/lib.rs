@@ -41,7 +41,10 @@
 //!         let Grant(event) = self;
 //!         tx.execute(
 //!             "INSERT INTO example_credits (event_id, amount) VALUES ($1, $2)",
-//!             &[(&event.event_id.as_str(), Type::TEXT), (&event.event.amount, Type::INT8)],
+//!             &[
+//!                 Param::new(event.event_id.as_str(), Type::TEXT),
+//!                 Param::new(&event.event.amount, Type::INT8),
+//!             ],
 //!         )
 //!         .await?;
 //!         Ok(())

@@ -108,11 +108,7 @@ async fn send(
         (&hash, Type::BYTEA),
     ]);
     if let Some((_, call_params, _)) = call {
-        params.extend(
-            call_params
-                .iter()
-                .map(|p| (&*p.value as &(dyn ToSql + Sync), p.ty.clone())),
-        );
+        params.extend(call_params.iter().map(crate::effect::Param::typed));
     }
     // tokio-postgres encodes every parameter before it sends anything, so a value that cannot
     // be encoded fails here with nothing on the wire.

@@ -165,11 +165,11 @@ pub async fn credit(tx: &Tx<'_>, event_id: &EventId, credit: &Credit) -> Result<
         "INSERT INTO paddle_credits (transaction_id, event_id, customer_id, currency, amount) \
          VALUES ($1, $2, $3, $4, $5)",
         &[
-            (&credit.transaction, Type::TEXT),
-            (&event_id.as_str(), Type::TEXT),
-            (&credit.customer, Type::TEXT),
-            (&credit.currency, Type::TEXT),
-            (&credit.amount, Type::INT8),
+            Param::new(&credit.transaction, Type::TEXT),
+            Param::new(event_id.as_str(), Type::TEXT),
+            Param::new(&credit.customer, Type::TEXT),
+            Param::new(&credit.currency, Type::TEXT),
+            Param::new(credit.amount, Type::INT8),
         ],
     )
     .await?;
@@ -178,9 +178,9 @@ pub async fn credit(tx: &Tx<'_>, event_id: &EventId, credit: &Credit) -> Result<
          ON CONFLICT (customer_id, currency) DO UPDATE \
          SET balance = b.balance + EXCLUDED.balance, updated_at = now()",
         &[
-            (&credit.customer, Type::TEXT),
-            (&credit.currency, Type::TEXT),
-            (&credit.amount, Type::INT8),
+            Param::new(&credit.customer, Type::TEXT),
+            Param::new(&credit.currency, Type::TEXT),
+            Param::new(credit.amount, Type::INT8),
         ],
     )
     .await?;

@@ -176,11 +176,11 @@ pub async fn record(
         "INSERT INTO slack_events (event_id, team_id, event_type, channel, event_ts) \
          VALUES ($1, $2, $3, $4, $5)",
         &[
-            (&event_id.as_str(), Type::TEXT),
-            (&event.team, Type::TEXT),
-            (&kind, Type::TEXT),
-            (&event.channel, Type::TEXT),
-            (&event.event_ts, Type::TEXT),
+            Param::new(event_id.as_str(), Type::TEXT),
+            Param::new(&event.team, Type::TEXT),
+            Param::new(kind, Type::TEXT),
+            Param::new(&event.channel, Type::TEXT),
+            Param::new(&event.event_ts, Type::TEXT),
         ],
     )
     .await?;

@@ -299,14 +299,14 @@ pub async fn keep_order_state(tx: &Tx<'_>, order: &Order) -> Result<(), EffectEr
              updated_at = now() \
          WHERE ($7::timestamptz, $8) > (o.source_updated_at, o.source_rank)",
         &[
-            (&order.id, Type::INT8),
-            (&order.state, Type::TEXT),
-            (&order.email, Type::TEXT),
-            (&order.financial_status, Type::TEXT),
-            (&order.total_price, Type::TEXT),
-            (&order.currency, Type::TEXT),
-            (&order.updated_at, Type::TEXT),
-            (&order.rank, Type::INT2),
+            Param::new(order.id, Type::INT8),
+            Param::new(order.state, Type::TEXT),
+            Param::new(&order.email, Type::TEXT),
+            Param::new(&order.financial_status, Type::TEXT),
+            Param::new(&order.total_price, Type::TEXT),
+            Param::new(&order.currency, Type::TEXT),
+            Param::new(&order.updated_at, Type::TEXT),
+            Param::new(order.rank, Type::INT2),
         ],
     )
     .await?;
@@ -326,11 +326,11 @@ pub async fn add_to_timeline(
         "INSERT INTO shopify_order_events (order_id, event_id, topic, state, order_updated_at) \
          VALUES ($1, $2, $3, $4, $5::timestamptz) ON CONFLICT DO NOTHING",
         &[
-            (&order.id, Type::INT8),
-            (&event_id.as_str(), Type::TEXT),
-            (&topic, Type::TEXT),
-            (&order.state, Type::TEXT),
-            (&order.updated_at, Type::TEXT),
+            Param::new(order.id, Type::INT8),
+            Param::new(event_id.as_str(), Type::TEXT),
+            Param::new(topic, Type::TEXT),
+            Param::new(order.state, Type::TEXT),
+            Param::new(&order.updated_at, Type::TEXT),
         ],
     )
     .await?;
