@@ -9,14 +9,10 @@
 //! headers are both duplicates. The delivery id is still logged, to find the delivery in
 //! GitHub's settings. What this costs is in ARCHITECTURE.md ("GitHub's ledger key").
 
-use claimonce::config::ConfigError;
+use claimonce::prelude::*;
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Scheme, lower_hex, split_secrets};
-use claimonce::{
-    Effect, EventId, Forwardable, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection,
-    Signed, Type, Unsigned,
-};
+use claimonce::verify::lower_hex;
 use serde::Deserialize;
 
 /// The header GitHub signs with (lower case, as `http` stores header names).

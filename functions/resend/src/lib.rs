@@ -2,14 +2,10 @@
 //! body, and the reference effects (record every email event, suppress bounced and
 //! complaining addresses).
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
+use claimonce::prelude::*;
 use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::standard_webhooks::StandardWebhooks;
-use claimonce::verify::{Scheme, split_secrets};
-use claimonce::{
-    Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection, Signed, Type,
-    Unsigned,
-};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

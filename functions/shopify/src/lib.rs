@@ -15,14 +15,10 @@
 //! `orders/cancelled` that is not cancelled). Both effects are newest-first, so a replay after
 //! the ledger row was swept changes nothing.
 
-use claimonce::config::ConfigError;
+use claimonce::prelude::*;
 use claimonce::timestamp::is_rfc3339;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Scheme, lower_hex, split_secrets};
-use claimonce::{
-    Bridged, Effect, EffectError, EventId, Param, Parsed, Plan, Problem, Provider, Rejection,
-    RustEffect, Signed, Tx, Type, Unsigned,
-};
+use claimonce::verify::lower_hex;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -2,14 +2,10 @@
 //! (provision a customer and queue its welcome email in the outbox, credit an account, keep
 //! subscriptions newest-first).
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::fetch::{Incomplete, SenderApi};
+use claimonce::prelude::*;
 use claimonce::verify::timestamp_v1::TimestampV1;
-use claimonce::verify::{Scheme, split_secrets};
-use claimonce::{
-    Bridged, Effect, EventId, NoRustEffect, Param, Parsed, Plan, Problem, Provider, Rejection,
-    Signed, Type, Unsigned,
-};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

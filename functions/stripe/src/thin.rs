@@ -25,7 +25,7 @@
 //!   would fail the delivery on every retry.
 
 use claimonce::fetch::{Incomplete, SenderApi};
-use claimonce::{EventId, Parsed, Rejection};
+use claimonce::prelude::*;
 use serde::Deserialize;
 
 use crate::{StripeEvent, invalid, parse_event};
