@@ -7,6 +7,7 @@ use claimonce::db::{Settings, Timeouts};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{Answer, json_body, post_stripe};
 use claimonce_tests::db::{receiver_with, test_timeouts};
+use claimonce_tests::outage::Outage;
 use claimonce_tests::sign::{invoice_paid, stripe};
 use claimonce_tests::tls::TlsServer;
 use stripe_webhook::Stripe;
@@ -75,6 +76,62 @@ async fn a_connection_killed_between_invocations_is_replaced_without_a_500() {
         assert_eq!(response.status().as_u16(), 200, "round {round}");
     }
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 4);
+}
+
+/// The `message` of each captured line.
+fn messages(lines: &claimonce::log::Captured) -> Vec<serde_json::Value> {
+    let mut lines = lines.lock().expect("logs");
+    let parsed = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    lines.clear();
+    parsed
+}
+
+/// A delivery whose reconnect is refused logs the refusal and no `reconnected` line (the
+/// count was taken before the connect, so a refused one said `reconnected` right before
+/// `connect failed`); once the database is back, the next delivery's reconnect is logged,
+/// once, before the delivery's own line.
+#[tokio::test]
+async fn only_a_reconnect_that_was_made_is_logged_as_reconnected() {
+    let db = TestDb::new().await;
+    let (outage, through) = Outage::in_front_of(&db.function_url_as("stripe"))
+        .await
+        .expect("the forwarder");
+    let settings = Settings::from_url(&through, None, short_timeouts()).expect("settings");
+    let (receiver, lines) = receiver_with(settings, stripe());
+    receiver.warm_up().await;
+    assert_eq!(deliver(&receiver, "evt_up").await.status().as_u16(), 200);
+    messages(&lines);
+
+    outage.down().await;
+    assert_eq!(deliver(&receiver, "evt_down").await.status().as_u16(), 500);
+    let down = messages(&lines);
+    let said = |lines: &[serde_json::Value], what: &str| {
+        lines
+            .iter()
+            .filter(|l| l["message"] == what)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(said(&down, "reconnected"), Vec::<serde_json::Value>::new());
+    assert!(
+        down.iter()
+            .any(|l| l.to_string().contains("connect failed")),
+        "the refusal is logged: {down:?}"
+    );
+
+    outage.up().await.expect("up again");
+    assert_eq!(deliver(&receiver, "evt_back").await.status().as_u16(), 200);
+    let back = messages(&lines);
+    let reconnected = said(&back, "reconnected");
+    assert_eq!(reconnected.len(), 1, "{back:?}");
+    assert_eq!(reconnected[0]["Reconnects"], 1.0);
+    assert_eq!(reconnected[0]["event_id"], "evt_back");
+    let first = back.first().map(|l| l["message"].clone());
+    assert_eq!(first, Some("reconnected".into()), "{back:?}");
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 2);
 }
 
 async fn tls_select(url: &str, ca: Option<&std::path::Path>) -> Result<(), String> {

@@ -381,9 +381,12 @@ impl Database {
             let connection = match slot.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
                 None => {
+                    let opened = self.settings.open().await.map_err(DeliveryError::Connect)?;
+                    // Counted once made: a connect that failed is the delivery's error, not
+                    // a reconnect.
                     self.reconnects
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.settings.open().await.map_err(DeliveryError::Connect)?
+                    opened
                 }
             };
             let connection = slot.insert(connection);
