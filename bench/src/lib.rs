@@ -203,12 +203,6 @@ pub fn spawn_stripe(
         ],
     )
     .envs(extra.iter().copied())
-    // It takes EventBridge events too (claimonce::bridge), as a deployment with
-    // StripeEventBusName does: the lambda-loop measures that path beside the webhook's.
-    .envs(claimonce_local::bridge::function_env(
-        "stripe",
-        EVENT_SOURCE,
-    ))
     .stdout(std::process::Stdio::null())
     .spawn()
     .expect("spawn the function")

@@ -1,61 +1,153 @@
-//! EventBridge events on a machine without AWS: what a partner event source's event looks like
-//! once a rule has put it on a function's event queue, and the variables that tell a function
-//! to take it (`claimonce::bridge`). The local run's `send` of an EventBridge sample and the
-//! tests use the same.
+//! EventBridge events on a machine without AWS: a provider's event queue and its dead-letter
+//! queue in moto's SQS, as template.yaml makes them, what a partner event source's event looks
+//! like once a rule has put it there, and the event source mapping's part: receive, invoke the
+//! function with what was received, delete what it did not report failed. The function proves
+//! each record came off its queue with the receipt handle SQS issued (`claimonce::bridge`), so
+//! a record is only ever handed over as received. The local run's `send` of an EventBridge
+//! sample, the tests and the benchmarks use the same.
 
+use std::collections::HashSet;
+
+use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{Value, json};
 
 use crate::functions::Function;
+use crate::runtime_api::RuntimeApi;
 
-/// The account the local event queue is in, as its ARN says.
-pub const ACCOUNT: &str = "000000000000";
-
-/// The local event queue of `provider`.
-pub fn queue_arn(provider: &str) -> String {
-    format!("arn:aws:sqs:us-east-1:{ACCOUNT}:claimonce-local-{provider}-events")
+/// A provider's event queue and its dead-letter queue in moto's SQS.
+#[derive(Debug, Clone)]
+pub struct EventQueues {
+    sqs: aws_sdk_sqs::Client,
+    /// The moto server's URL.
+    moto: String,
+    /// The event queue's URL.
+    pub url: String,
+    /// Its dead-letter queue's URL.
+    pub dead_letter_url: String,
+    /// Held by a delivery from send to delete, so that two at once do not take each other's
+    /// message.
+    delivering: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
-/// The local event queue's dead-letter queue.
-pub fn dead_letter_arn(provider: &str) -> String {
-    format!("{}-dead", queue_arn(provider))
-}
-
-/// The variables that make `provider`'s function take the events of partner source `source`
-/// from its local event queue and that queue's dead-letter queue.
-pub fn function_env(provider: &str, source: &str) -> Vec<(String, String)> {
-    vec![
-        (
-            claimonce::bridge::Bridge::source_var(provider),
-            source.to_owned(),
-        ),
-        (
-            claimonce::bridge::QUEUE_ARN_VAR.to_owned(),
-            queue_arn(provider),
-        ),
-        (
-            claimonce::bridge::DEAD_LETTER_ARN_VAR.to_owned(),
-            dead_letter_arn(provider),
-        ),
-    ]
-}
-
-/// The SQS event Lambda's event source mapping hands the function for `events` (message id,
-/// EventBridge event) received from the queue `arn`, each on its `receive`th receive.
-pub fn sqs_event(arn: &str, events: &[(&str, &Value)], receive: u32) -> Value {
-    let records: Vec<Value> = events
-        .iter()
-        .map(|(id, event)| {
-            json!({
-                "messageId": id,
-                "body": event.to_string(),
-                "attributes": {"ApproximateReceiveCount": receive.to_string()},
-                "messageAttributes": {},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": arn,
-            })
+impl EventQueues {
+    /// Creates `<prefix>-events` and `<prefix>-events-dead` on the moto server at `moto`, a
+    /// message received and reported failed visible again after `visibility` seconds.
+    pub async fn create(moto: &str, prefix: &str, visibility: u32) -> Result<Self, String> {
+        let sqs = crate::spill::client(moto).await;
+        let attributes = [
+            (
+                QueueAttributeName::VisibilityTimeout,
+                visibility.to_string(),
+            ),
+            (QueueAttributeName::MaximumMessageSize, "1048576".to_owned()),
+        ];
+        let url =
+            crate::spill::create_queue(&sqs, &format!("{prefix}-events"), &attributes).await?;
+        let dead_letter_url =
+            crate::spill::create_queue(&sqs, &format!("{prefix}-events-dead"), &attributes).await?;
+        Ok(Self {
+            sqs,
+            moto: moto.to_owned(),
+            url,
+            dead_letter_url,
+            delivering: std::sync::Arc::default(),
         })
-        .collect();
-    json!({ "Records": records })
+    }
+
+    /// The variables that make `provider`'s function take the events of partner source
+    /// `source` from these queues, and reach them.
+    pub fn function_env(&self, provider: &str, source: &str) -> Vec<(String, String)> {
+        let mut env = vec![
+            (
+                claimonce::bridge::Bridge::source_var(provider),
+                source.to_owned(),
+            ),
+            (
+                claimonce::bridge::QUEUE_URL_VAR.to_owned(),
+                self.url.clone(),
+            ),
+            (
+                claimonce::bridge::DEAD_LETTER_URL_VAR.to_owned(),
+                self.dead_letter_url.clone(),
+            ),
+        ];
+        env.extend(
+            crate::spill::aws_env(&self.moto)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+        );
+        env
+    }
+
+    /// The SQS client these queues are reached with.
+    pub fn sqs(&self) -> &aws_sdk_sqs::Client {
+        &self.sqs
+    }
+
+    /// Puts `event` on the queue at `queue`, as EventBridge's rule does; its message id.
+    pub async fn send(&self, queue: &str, event: &Value) -> Result<String, String> {
+        self.sqs
+            .send_message()
+            .queue_url(queue)
+            .message_body(event.to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "SQS SendMessage: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(&e)
+                )
+            })?
+            .message_id
+            .ok_or_else(|| "SQS SendMessage: no message id".to_owned())
+    }
+
+    /// Receives from `queue` until every message of `ids` is in hand (others that come with
+    /// them are kept too, as the event source mapping would hand them over), hidden for the
+    /// queue's visibility timeout.
+    pub async fn receive(
+        &self,
+        queue: &str,
+        ids: &[String],
+    ) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
+        let mut wanted: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let mut received = Vec::new();
+        for _ in 0..20 {
+            if wanted.is_empty() {
+                return Ok(received);
+            }
+            for message in crate::spill::receive(&self.sqs, queue, None, 1).await? {
+                wanted.remove(message.message_id().unwrap_or_default());
+                received.push(message);
+            }
+        }
+        Err(format!(
+            "{} sent message(s) never came back from the queue",
+            wanted.len()
+        ))
+    }
+
+    /// Hands `messages` received from `queue` to `api`'s function as Lambda's event source
+    /// mapping does, and deletes the ones it did not report failed; the function's answer.
+    pub async fn invoke(
+        &self,
+        api: &RuntimeApi,
+        queue: &str,
+        messages: &[aws_sdk_sqs::types::Message],
+    ) -> Result<Value, String> {
+        crate::spill::hand_over(&self.sqs, queue, api, messages)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// What the rule and the event source mapping do with one event: on the event queue,
+    /// received, handed to `api`'s function, deleted unless it failed. The function's answer.
+    pub async fn deliver(&self, api: &RuntimeApi, event: &Value) -> Result<Value, String> {
+        let _one_at_a_time = self.delivering.lock().await;
+        let id = self.send(&self.url, event).await?;
+        let messages = self.receive(&self.url, &[id]).await?;
+        self.invoke(api, &self.url, &messages).await
+    }
 }
 
 /// True when `event` is an EventBridge event (it has a `detail-type` and a `detail`), as the
@@ -72,8 +164,8 @@ pub fn local_source(function: &Function) -> Option<String> {
     event.get("source")?.as_str().map(str::to_owned)
 }
 
-/// The local route a function takes EventBridge events on: the gateway hands each event to it
-/// as a record of its event queue.
+/// The local route a function takes EventBridge events on: the gateway puts each event on
+/// the function's event queue and hands it over as received.
 pub fn route(provider: &str) -> String {
     format!("/eventbridge/{provider}")
 }

@@ -19,9 +19,18 @@ use tokio::net::TcpListener;
 use crate::http::Reply;
 use crate::runtime_api::{Outcome, RuntimeApi};
 
-/// Routes: `/webhooks/<provider>` (and `/eventbridge/<provider>` for a function that takes
-/// EventBridge events) → that function's Runtime API.
-pub type Routes = HashMap<String, Arc<RuntimeApi>>;
+/// Routes: `/webhooks/<provider>` → that function's Runtime API, and `/eventbridge/<provider>`
+/// (a function that takes EventBridge events) → its event queue, drained into it.
+pub type Routes = HashMap<String, Route>;
+
+/// Where a route's request goes.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// To the function, as API Gateway's event.
+    Function(Arc<RuntimeApi>),
+    /// An EventBridge event, onto the function's event queue and from there to the function.
+    EventQueue(Arc<RuntimeApi>, crate::bridge::EventQueues),
+}
 
 /// How long a request waits for its function (the template's function timeout).
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(15);
@@ -148,36 +157,36 @@ async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Reply {
     let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
         return plain(StatusCode::BAD_REQUEST, "could not read the body");
     };
-    // An EventBridge event goes to its function as a record of the function's event queue, as
-    // a rule and Lambda's event source mapping would hand it over; the answer is the batch
-    // response.
-    let bridged = path.strip_prefix("/eventbridge/");
-    let event = match bridged {
-        Some(provider) => {
+    let function = match function {
+        Route::Function(api) => api,
+        // An EventBridge event goes on the function's event queue, as a rule puts it there, and
+        // to the function as Lambda's event source mapping hands it over; the answer is the
+        // batch response.
+        Route::EventQueue(api, queues) => {
             let Ok(bridged) = serde_json::from_slice::<Value>(&body) else {
                 return plain(
                     StatusCode::BAD_REQUEST,
                     "the body is not an EventBridge event",
                 );
             };
-            let id = format!("local-{:010}", next_id());
-            let arn = crate::bridge::queue_arn(provider);
-            crate::bridge::sqs_event(&arn, &[(&id, &bridged)], 1)
+            return match queues.deliver(api, &bridged).await {
+                Ok(answer) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(answer.to_string())))
+                    .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response")),
+                Err(why) => plain(StatusCode::BAD_GATEWAY, &why),
+            };
         }
-        None => event(
-            parts.method.as_str(),
-            &path,
-            parts.uri.query().unwrap_or(""),
-            &parts.headers,
-            &body,
-        ),
     };
+    let event = event(
+        parts.method.as_str(),
+        &path,
+        parts.uri.query().unwrap_or(""),
+        &parts.headers,
+        &body,
+    );
     match function.invoke(event.to_string(), FUNCTION_TIMEOUT).await {
-        Ok(Outcome::Response(payload)) if bridged.is_some() => Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(Full::new(payload))
-            .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response")),
         Ok(Outcome::Response(payload)) => response(&payload),
         // API Gateway answers a function error with 502 and a generic message.
         Ok(Outcome::Error(_)) => plain(

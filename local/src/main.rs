@@ -389,17 +389,34 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
 
     // --spill: moto's SQS for the spill queues, and the database behind a forwarder SIGUSR1
     // takes down and brings back, so that what a deployment does in an outage can be seen.
+    // moto's SQS also holds the event queues of the functions that take EventBridge events,
+    // whose records a function applies only as SQS received them (claimonce::bridge).
     let mut toggle = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
-    let spilling = if spill {
-        let moto = claimonce_local::moto::start().await?;
-        let (outage, _) = claimonce_local::outage::Outage::in_front_of(&url).await?;
-        Some((
-            moto.clone(),
-            claimonce_local::spill::client(&moto).await,
-            outage,
-        ))
+    let bridging = registry
+        .iter()
+        .any(|f| claimonce_local::bridge::local_source(f).is_some());
+    let moto = if spill || bridging {
+        match claimonce_local::moto::start().await {
+            Ok(moto) => Some(moto),
+            Err(e) if !spill => {
+                eprintln!("claimonce-local: no EventBridge routes: moto's SQS did not start ({e})");
+                None
+            }
+            Err(e) => return Err(e),
+        }
     } else {
         None
+    };
+    let spilling = match (&moto, spill) {
+        (Some(moto), true) => {
+            let (outage, _) = claimonce_local::outage::Outage::in_front_of(&url).await?;
+            Some((
+                moto.clone(),
+                claimonce_local::spill::client(moto).await,
+                outage,
+            ))
+        }
+        _ => None,
     };
     let mut children = Vec::new();
     let mut routes = HashMap::new();
@@ -421,13 +438,22 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             Some(extra) => format!("{},{extra}", function.dev_secret),
             None => function.dev_secret.to_owned(),
         };
-        let mut env = vec![("DATABASE_URL", url.clone()), (function.secret_var, secret)];
-        let bridged = claimonce_local::bridge::local_source(function);
-        let bridge_env = bridged
-            .as_deref()
-            .map(|source| claimonce_local::bridge::function_env(function.provider, source))
-            .unwrap_or_default();
-        env.extend(bridge_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        let mut env: Vec<(String, String)> = vec![
+            ("DATABASE_URL".into(), url.clone()),
+            (function.secret_var.into(), secret),
+        ];
+        // A failed EventBridge event back after 5 s rather than the template's 90, with the
+        // next event sent, for a person watching.
+        let bridged = match (claimonce_local::bridge::local_source(function), &moto) {
+            (Some(source), Some(moto)) => {
+                let prefix = format!("claimonce-local-{}", function.provider);
+                let queues = claimonce_local::bridge::EventQueues::create(moto, &prefix, 5).await?;
+                let bridge_env = queues.function_env(function.provider, &source);
+                env.extend(bridge_env);
+                Some((source, queues))
+            }
+            _ => None,
+        };
         if let Some((moto, sqs, _)) = &spilling {
             use aws_sdk_sqs::types::QueueAttributeName;
             // A failed message back after 5 s rather than the template's 90, for a person
@@ -441,7 +467,11 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
                 ],
             )
             .await?;
-            env.extend(claimonce_local::spill::function_env(&queue, moto));
+            env.extend(
+                claimonce_local::spill::function_env(&queue, moto)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v)),
+            );
             tokio::spawn(claimonce_local::spill::drain_forever(
                 sqs.clone(),
                 queue,
@@ -449,7 +479,7 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
                 5,
             ));
         }
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         for _ in 0..instances.max(1) {
             let mut command = api.command(&bin_dir.join(function.binary), &env);
             if !raw {
@@ -469,13 +499,13 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             }
             children.push(child);
         }
-        if bridged.is_some() {
+        if let Some((_, queues)) = bridged {
             routes.insert(
                 claimonce_local::bridge::route(function.provider),
-                Arc::clone(&api),
+                gateway::Route::EventQueue(Arc::clone(&api), queues),
             );
         }
-        routes.insert(function.path(), api);
+        routes.insert(function.path(), gateway::Route::Function(api));
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
@@ -497,9 +527,13 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
             function.binary,
             function.dev_secret
         );
-        if let Some(source) = claimonce_local::bridge::local_source(function) {
+        let route = claimonce_local::bridge::route(function.provider);
+        if let (Some(source), true) = (
+            claimonce_local::bridge::local_source(function),
+            routes.contains_key(&route),
+        ) {
             println!(
-                "  POST {base}{}  ->  {} (EventBridge events of {source})",
+                "  POST {base}{}  ->  {} (EventBridge events of {source}, through its event queue)",
                 claimonce_local::bridge::route(function.provider),
                 function.binary
             );

@@ -27,8 +27,14 @@ fn sqs_error<E: std::error::Error + 'static>(operation: &str, e: &E) -> String {
 
 /// The variables a function needs to spill to `queue` on the moto server at `url`.
 pub fn function_env(queue: &str, url: &str) -> Vec<(&'static str, String)> {
+    let mut env = vec![("SPILL_QUEUE_URL", queue.to_owned())];
+    env.extend(aws_env(url));
+    env
+}
+
+/// The variables a function needs to reach SQS on the moto server at `url`.
+pub fn aws_env(url: &str) -> Vec<(&'static str, String)> {
     vec![
-        ("SPILL_QUEUE_URL", queue.to_owned()),
         ("AWS_ENDPOINT_URL_SQS", url.to_owned()),
         ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE".to_owned()),
         (
@@ -57,12 +63,12 @@ pub async fn create_queue(
         .ok_or_else(|| format!("SQS CreateQueue {name}: no URL"))
 }
 
-/// Up to ten messages of `queue`, hidden for `visibility` seconds once received, waiting up
-/// to `wait` seconds for one.
+/// Up to ten messages of `queue`, hidden for `visibility` seconds once received (the
+/// queue's own visibility timeout with `None`), waiting up to `wait` seconds for one.
 pub async fn receive(
     sqs: &aws_sdk_sqs::Client,
     queue: &str,
-    visibility: i32,
+    visibility: Option<i32>,
     wait: i32,
 ) -> Result<Vec<Message>, String> {
     sqs.receive_message()
@@ -70,7 +76,7 @@ pub async fn receive(
         .max_number_of_messages(10)
         .message_attribute_names("All")
         .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-        .visibility_timeout(visibility)
+        .set_visibility_timeout(visibility)
         .wait_time_seconds(wait)
         .send()
         .await
@@ -138,23 +144,39 @@ pub async fn drain_once(
     visibility: i32,
     wait: i32,
 ) -> Result<(usize, usize), String> {
-    let messages = receive(sqs, queue, visibility, wait).await?;
+    let messages = receive(sqs, queue, Some(visibility), wait).await?;
     if messages.is_empty() {
         return Ok((0, 0));
     }
+    let (_, failed) = hand_over(sqs, queue, api, &messages).await?;
+    Ok((messages.len(), failed))
+}
+
+/// Hands `messages`, received from `queue`, to `api`'s function as Lambda's event source
+/// mapping does, and deletes the ones it did not report failed: its answer, and how many it
+/// reported failed.
+pub async fn hand_over(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+    api: &RuntimeApi,
+    messages: &[Message],
+) -> Result<(Value, usize), String> {
     let answer = match api
         .invoke(
-            sqs_event(queue, &messages).to_string(),
+            sqs_event(queue, messages).to_string(),
             Duration::from_secs(60),
         )
         .await
-        .map_err(|e| format!("the drain's invocation: {e:?}"))?
+        .map_err(|e| format!("the invocation: {e:?}"))?
     {
         Outcome::Response(payload) => {
             serde_json::from_slice::<Value>(&payload).map_err(|e| e.to_string())?
         }
         Outcome::Error(e) => {
-            return Err(format!("the drain failed: {}", String::from_utf8_lossy(&e)));
+            return Err(format!(
+                "the function failed: {}",
+                String::from_utf8_lossy(&e)
+            ));
         }
     };
     let failed: HashSet<&str> = answer
@@ -164,17 +186,29 @@ pub async fn drain_once(
         .iter()
         .filter_map(|f| f.get("itemIdentifier").and_then(Value::as_str))
         .collect();
-    for m in &messages {
+    for m in messages {
         if !failed.contains(m.message_id().unwrap_or_default()) {
-            sqs.delete_message()
-                .queue_url(queue)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .map_err(|e| sqs_error("DeleteMessage", &e))?;
+            delete(sqs, queue, m).await?;
         }
     }
-    Ok((messages.len(), failed.len()))
+    let count = failed.len();
+    Ok((answer, count))
+}
+
+/// Deletes `message`, received from `queue`, as the event source mapping does with a record
+/// the function did not report failed.
+pub async fn delete(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+    message: &Message,
+) -> Result<(), String> {
+    sqs.delete_message()
+        .queue_url(queue)
+        .receipt_handle(message.receipt_handle().unwrap_or_default())
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| sqs_error("DeleteMessage", &e))
 }
 
 /// The event source mapping, for good: polls `queue` (long polls of a second) and drains into

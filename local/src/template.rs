@@ -707,27 +707,25 @@ fn sam_env(project: &Path, providers: &[Values]) -> Result<String, String> {
         samples.retain(|s| s.extension().is_some_and(|x| x == "json"));
         samples.sort();
         if let (true, Some(first)) = (p.eventbridge, samples.first()) {
-            // The partner source its EventBridge samples name and the local event queue, as
-            // the local run gives them (claimonce_local::bridge; the EventBridge tests hold
-            // them equal). `sam local` declares these variables whatever <Name>EventBusName
-            // says.
+            // The partner source its EventBridge samples name and an event queue in the
+            // samples' account (`sam local` declares these variables whatever <Name>EventBusName
+            // says). The containers reach no SQS, so no record is proven to have come off it:
+            // the SAM check shows each refused (scripts/sam-local).
             let event: serde_json::Value = serde_json::from_str(&read(first)?)
                 .map_err(|e| format!("{}: {e}", first.display()))?;
             let source = event
                 .get("source")
                 .and_then(|s| s.as_str())
                 .ok_or_else(|| format!("{}: no source", first.display()))?;
-            let queue =
-                format!("arn:aws:sqs:us-east-1:000000000000:claimonce-local-{provider}-events");
+            let queue = format!(
+                "https://sqs.us-east-1.amazonaws.com/123456789012/claimonce-local-{provider}-events"
+            );
             env.push((
                 format!("{}_EVENT_SOURCE", provider.to_uppercase()),
                 source.to_owned(),
             ));
-            env.push(("EVENT_QUEUE_ARN".into(), queue.clone()));
-            env.push((
-                "EVENT_DEAD_LETTER_QUEUE_ARN".into(),
-                format!("{queue}-dead"),
-            ));
+            env.push(("EVENT_QUEUE_URL".into(), queue.clone()));
+            env.push(("EVENT_DEAD_LETTER_QUEUE_URL".into(), format!("{queue}-dead")));
         }
         objects.push((
             format!("{}Function", p.get("Name").unwrap_or_default()),

@@ -5,12 +5,12 @@
 //!
 //! There is no signature to check: the sender wrote the event into EventBridge over its own
 //! authenticated partner integration, and what reaches the function is trusted for where it
-//! came from. A record is taken only from the function's own event queue (`eventSourceARN`
-//! equal to `EVENT_QUEUE_ARN`), and its envelope only when its `source` is the configured
-//! partner source (`<PROVIDER>_EVENT_SOURCE`) and its `account` the queue's own. Those checks
-//! keep out a misrouted event; a forged one could come only from a principal allowed to invoke
-//! the function or to write to the queue, which the template grants to nobody but EventBridge's
-//! rule (ARCHITECTURE.md, "EventBridge").
+//! came from. A record is taken only from the function's own event queue or its dead-letter
+//! queue (`eventSourceARN` naming `EVENT_QUEUE_URL`'s or `EVENT_DEAD_LETTER_QUEUE_URL`'s
+//! queue), only once SQS has vouched for its receipt handle on that queue
+//! ([`crate::sqs::receipt`]: a direct invocation cannot make one up), and its envelope only
+//! when its `source` is the configured partner source (`<PROVIDER>_EVENT_SOURCE`) and its
+//! `account` the queue's own (ARCHITECTURE.md, "EventBridge").
 //!
 //! Why a queue and not the rule invoking the function: EventBridge invokes a Lambda target
 //! asynchronously, and Lambda retries a failed asynchronous invocation twice within about three
@@ -24,22 +24,33 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::config::{self, ConfigError};
+use crate::sqs::Record;
+use crate::sqs::receipt::{Queue, Receipts};
 
-/// The variable naming the function's event queue, whose records it takes as EventBridge
-/// events.
-pub const QUEUE_ARN_VAR: &str = "EVENT_QUEUE_ARN";
+/// The queue at `url`, or a startup error naming `var`.
+fn queue(url: &str, var: &str) -> Result<Queue, ConfigError> {
+    Queue::new(url).ok_or_else(|| {
+        ConfigError::new(format!(
+            "{var} is not an SQS queue's URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"
+        ))
+    })
+}
 
-/// The variable naming the event queue's dead-letter queue, the one other queue whose records
-/// it takes (when an operator turns that event source on).
-pub const DEAD_LETTER_ARN_VAR: &str = "EVENT_DEAD_LETTER_QUEUE_ARN";
+/// The variable naming the function's event queue (its URL), whose records it takes as
+/// EventBridge events.
+pub const QUEUE_URL_VAR: &str = "EVENT_QUEUE_URL";
 
-/// The partner event source a provider's function takes events from, and its event queue.
-#[derive(Debug, Clone)]
+/// The variable naming the event queue's dead-letter queue (its URL), the one other queue
+/// whose records it takes (when an operator turns that event source on).
+pub const DEAD_LETTER_URL_VAR: &str = "EVENT_DEAD_LETTER_QUEUE_URL";
+
+/// The partner event source a provider's function takes events from, and its event queues.
+#[derive(Debug)]
 pub struct Bridge {
     source: String,
-    queue_arn: String,
-    dead_letter_arn: Option<String>,
-    account: String,
+    queue: Queue,
+    dead_letter: Option<Queue>,
+    receipts: Receipts,
 }
 
 impl Bridge {
@@ -51,45 +62,33 @@ impl Bridge {
 
     /// From the environment: `<PROVIDER>_EVENT_SOURCE` (the partner event source's full
     /// name, `aws.partner/stripe.com/ed_...`; unset: the function takes no EventBridge event
-    /// at all), then [`EVENT_QUEUE_ARN`](QUEUE_ARN_VAR), required with it, and
-    /// [`EVENT_DEAD_LETTER_QUEUE_ARN`](DEAD_LETTER_ARN_VAR), optional.
+    /// at all), then [`EVENT_QUEUE_URL`](QUEUE_URL_VAR), required with it, and
+    /// [`EVENT_DEAD_LETTER_QUEUE_URL`](DEAD_LETTER_URL_VAR), optional.
     pub fn from_env(provider: &str) -> Result<Option<Self>, ConfigError> {
         let var = Self::source_var(provider);
         let Some(source) = config::optional(&var) else {
             return Ok(None);
         };
-        let queue_arn = config::optional(QUEUE_ARN_VAR).ok_or_else(|| {
+        let queue_url = config::optional(QUEUE_URL_VAR).ok_or_else(|| {
             ConfigError::new(format!(
-                "{var} is set but {QUEUE_ARN_VAR} is not: the function takes EventBridge events \
-                 only from its own event queue, named by that ARN"
+                "{var} is set but {QUEUE_URL_VAR} is not: the function takes EventBridge events \
+                 only from its own event queue, named by that URL"
             ))
         })?;
-        let bridge = Self::new(&source, &queue_arn)?;
+        let dead_letter = match config::optional(DEAD_LETTER_URL_VAR) {
+            None => None,
+            Some(url) => Some(queue(&url, DEAD_LETTER_URL_VAR)?),
+        };
         Ok(Some(Self {
-            dead_letter_arn: config::optional(DEAD_LETTER_ARN_VAR),
-            ..bridge
+            dead_letter,
+            ..Self::new(&source, &queue_url)?
         }))
     }
 
-    /// The partner event source `source`, its events taken from the queue `queue_arn`
-    /// (`arn:<partition>:sqs:<region>:<account>:<name>`).
-    pub fn new(source: &str, queue_arn: &str) -> Result<Self, ConfigError> {
-        let parts: Vec<&str> = queue_arn.split(':').collect();
-        let account = match parts.as_slice() {
-            ["arn", _, "sqs", _, account, name]
-                if account.len() == 12
-                    && account.bytes().all(|b| b.is_ascii_digit())
-                    && !name.is_empty() =>
-            {
-                (*account).to_owned()
-            }
-            _ => {
-                return Err(ConfigError::new(format!(
-                    "{QUEUE_ARN_VAR} is not an SQS queue's ARN \
-                     (arn:<partition>:sqs:<region>:<account>:<name>)"
-                )));
-            }
-        };
+    /// The partner event source `source`, its events taken from the queue at `queue_url`
+    /// (`https://<host>/<account>/<name>`).
+    pub fn new(source: &str, queue_url: &str) -> Result<Self, ConfigError> {
+        let queue = queue(queue_url, QUEUE_URL_VAR)?;
         if source.is_empty() || source.len() > 256 {
             return Err(ConfigError::new(
                 "the event source variable is empty or longer than an event source's name".into(),
@@ -97,16 +96,46 @@ impl Bridge {
         }
         Ok(Self {
             source: source.to_owned(),
-            queue_arn: queue_arn.to_owned(),
-            dead_letter_arn: None,
-            account,
+            queue,
+            dead_letter: None,
+            receipts: Receipts::default(),
         })
     }
 
-    /// True when a record from the queue `arn` is an EventBridge event for this function: the
-    /// event queue's, or its dead-letter queue's.
+    /// The queue a record from `arn` came from when it is one of this function's: the event
+    /// queue or its dead-letter queue.
+    fn queue_of(&self, arn: Option<&str>) -> Option<&Queue> {
+        std::iter::once(&self.queue)
+            .chain(self.dead_letter.as_ref())
+            .find(|q| q.name().is(arn))
+    }
+
+    /// True when a record from the queue `arn` is an EventBridge event for this function.
     pub(crate) fn takes(&self, arn: Option<&str>) -> bool {
-        arn.is_some_and(|arn| arn == self.queue_arn || self.dead_letter_arn.as_deref() == Some(arn))
+        self.queue_of(arn).is_some()
+    }
+
+    /// For each of `records`, whether it is proven to have come off this function's queue its
+    /// ARN names ([`crate::sqs::receipt`]); `None` for a record of no such queue.
+    pub(crate) async fn prove(&self, records: &[Record]) -> Vec<Option<Result<(), String>>> {
+        let mut proofs: Vec<Option<Result<(), String>>> = records.iter().map(|_| None).collect();
+        for queue in std::iter::once(&self.queue).chain(self.dead_letter.as_ref()) {
+            let (indexes, from): (Vec<usize>, Vec<&Record>) = records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| queue.name().is(r.event_source_arn.as_deref()))
+                .unzip();
+            if from.is_empty() {
+                continue;
+            }
+            let proven = self.receipts.prove(queue, &from).await;
+            for (i, proof) in indexes.into_iter().zip(proven) {
+                if let Some(slot) = proofs.get_mut(i) {
+                    *slot = Some(proof);
+                }
+            }
+        }
+        proofs
     }
 
     /// The envelope of an event queue message, when it is an event of the configured source
@@ -117,7 +146,7 @@ impl Bridge {
         if envelope.source != self.source {
             return Err("the event's source is not this function's partner event source");
         }
-        if envelope.account != self.account {
+        if envelope.account != self.queue.name().account() {
             return Err("the event's account is not the event queue's");
         }
         Ok(envelope)
@@ -165,7 +194,8 @@ impl<'d> Bridged<'d> {
 mod tests {
     use super::*;
 
-    const QUEUE: &str = "arn:aws:sqs:us-east-1:123456789012:stack-stripe-events";
+    const QUEUE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/stack-stripe-events";
+    const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:stack-stripe-events";
     const SOURCE: &str = "aws.partner/stripe.com/ed_test_1";
 
     fn event(source: &str, account: &str) -> String {
@@ -196,21 +226,21 @@ mod tests {
             let refused = bridge.open(&body).expect_err("refused");
             assert!(refused.contains(why), "{refused}");
         }
-        assert!(bridge.takes(Some(QUEUE)));
-        assert!(!bridge.takes(Some(&QUEUE.replace("events", "spill"))));
+        assert!(bridge.takes(Some(QUEUE_ARN)));
+        assert!(!bridge.takes(Some(&QUEUE_ARN.replace("events", "spill"))));
         assert!(!bridge.takes(None));
     }
 
     #[test]
-    fn a_queue_arn_that_is_not_one_is_a_startup_error_naming_the_variable() {
-        for arn in [
-            "https://sqs.us-east-1.amazonaws.com/123456789012/q",
-            "arn:aws:sqs:us-east-1:12345:q",
-            "arn:aws:sns:us-east-1:123456789012:q",
-            "arn:aws:sqs:us-east-1:123456789012:",
+    fn a_queue_url_that_is_not_one_is_a_startup_error_naming_the_variable() {
+        for url in [
+            "arn:aws:sqs:us-east-1:123456789012:q",
+            "https://sqs.us-east-1.amazonaws.com/q",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/",
+            "q",
         ] {
-            let error = Bridge::new(SOURCE, arn).expect_err(arn);
-            assert!(error.message().contains(QUEUE_ARN_VAR), "{arn}");
+            let error = Bridge::new(SOURCE, url).expect_err(url);
+            assert!(error.message().contains(QUEUE_URL_VAR), "{url}");
         }
         assert_eq!(Bridge::source_var("stripe"), "STRIPE_EVENT_SOURCE");
     }

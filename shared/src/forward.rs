@@ -20,7 +20,7 @@ pub const SQS_MESSAGE_LIMIT: usize = 1_048_576;
 pub const FORWARD_ATTRIBUTE_ROOM: usize = 2048;
 
 /// The largest message body a forward makes: a body that would make a longer one (its base64,
-/// when it holds a character SQS refuses: [`crate::sqs_body`]) is answered 413 and writes
+/// when it holds a character SQS refuses: [`crate::sqs::body`]) is answered 413 and writes
 /// nothing, because the relay could never send it. This is the one place the limit is stated.
 pub const FORWARD_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - FORWARD_ATTRIBUTE_ROOM;
 
@@ -43,7 +43,7 @@ impl Forwardable {
     /// for a body longer than [`FORWARD_BODY_LIMIT`].
     pub fn new(body: &[u8]) -> Result<Self, Rejection> {
         // As the relay sends it: base64 when it holds a character SQS refuses.
-        if crate::sqs_body::encoded_len(body) > FORWARD_BODY_LIMIT {
+        if crate::sqs::body::encoded_len(body) > FORWARD_BODY_LIMIT {
             return Err(Rejection::new(
                 Problem::PayloadTooLarge,
                 "a forwarded event is at most 1046528 bytes, what a queue message holds (three \

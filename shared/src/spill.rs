@@ -25,10 +25,9 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::{self, ConfigError};
 use crate::forward::SQS_MESSAGE_LIMIT;
+use crate::sqs::Record;
 
 /// What a spilled message's attributes may take beside its body: the seven attributes' names
 /// and types, the provider and event id (255 bytes each at most), the message id (255) and
@@ -60,7 +59,7 @@ const PROVIDER: &str = "claimonce-provider";
 const EVENT_ID: &str = "claimonce-event-id";
 const RECEIVED_AT: &str = "claimonce-received-at";
 const HEADERS: &str = "claimonce-headers";
-const ENCODING: &str = crate::sqs_body::ENCODING_ATTRIBUTE;
+const ENCODING: &str = crate::sqs::body::ENCODING_ATTRIBUTE;
 const VERSION: &str = "claimonce-spill";
 
 /// The version a message is written with. Version 1 carried no signature headers: the drain
@@ -73,6 +72,8 @@ const WRITTEN_VERSION: &str = "2";
 #[derive(Debug)]
 pub struct Spill {
     queue_url: String,
+    /// The queue's account and name, from its URL (`None` when it is not a queue URL).
+    queue: Option<crate::sqs::QueueName>,
     timeout: Duration,
     /// The dead-letter queue's ARN (`SPILL_DEAD_LETTER_QUEUE_ARN`), drained when an operator
     /// turns its event source on.
@@ -111,31 +112,13 @@ impl Spill {
         self
     }
 
-    /// The queue's account and name, the last two parts of its URL's path.
-    fn name(&self) -> Option<(&str, &str)> {
-        let path = self.queue_url.split_once("://")?.1.split_once('/')?.1;
-        let (account, name) = path.trim_end_matches('/').rsplit_once('/')?;
-        let account = account.rsplit('/').next().unwrap_or(account);
-        (!account.is_empty() && !name.is_empty()).then_some((account, name))
-    }
-
     /// True when the drain may take a record from the queue `arn` names: this spill queue
-    /// (`arn:<partition>:sqs:<region>:<account>:<name>`, its account and name those of
-    /// [`SPILL_QUEUE_URL`](Self::from_env)) or its dead-letter queue. Lambda sets the record's
-    /// `eventSourceARN`; a direct invocation can write any, so this keeps out other queues'
-    /// messages, and the signature check keeps out forged ones.
+    /// (its account and name those of [`SPILL_QUEUE_URL`](Self::from_env)) or its dead-letter
+    /// queue. Lambda sets the record's `eventSourceARN`; a direct invocation can write any, so
+    /// this keeps out other queues' messages, and the signature check keeps out forged ones.
     pub(crate) fn drains(&self, arn: Option<&str>) -> bool {
-        let Some(arn) = arn else { return false };
-        if self.dead_letter_arn.as_deref() == Some(arn) {
-            return true;
-        }
-        let parts: Vec<&str> = arn.split(':').collect();
-        match (parts.as_slice(), self.name()) {
-            ([_arn, _partition, "sqs", _region, account, name], Some(own)) => {
-                (*account, *name) == own
-            }
-            _ => false,
-        }
+        self.dead_letter_arn.is_some() && self.dead_letter_arn.as_deref() == arn
+            || self.queue.as_ref().is_some_and(|own| own.is(arn))
     }
 
     /// A spill queue at `queue_url`, each send bounded by `timeout`. The AWS configuration
@@ -143,6 +126,7 @@ impl Spill {
     pub fn new(queue_url: &str, timeout: Duration) -> Self {
         Self {
             queue_url: queue_url.to_owned(),
+            queue: crate::sqs::QueueName::from_url(queue_url),
             timeout,
             dead_letter_arn: None,
             client: tokio::sync::OnceCell::new(),
@@ -152,7 +136,7 @@ impl Spill {
     /// Puts `delivery` on the queue within the timeout. The error names what failed (the
     /// SDK's operation and error code, a timeout, a size), never the body.
     pub(crate) async fn put(&self, delivery: &Spilled<'_>) -> Result<(), String> {
-        let (body, base64) = crate::sqs_body::encode(delivery.body);
+        let (body, base64) = crate::sqs::body::encode(delivery.body);
         let attributes = delivery.attributes(base64)?;
         let size = body.len()
             + attributes
@@ -243,35 +227,6 @@ impl Spilled<'_> {
     }
 }
 
-/// One record of an SQS event, as Lambda's event source mapping hands it over: the parts the
-/// drain reads.
-#[derive(Debug, Deserialize)]
-pub(crate) struct Record {
-    #[serde(rename = "messageId")]
-    pub(crate) message_id: String,
-    #[serde(default)]
-    body: String,
-    #[serde(rename = "messageAttributes", default)]
-    attributes: std::collections::HashMap<String, Attribute>,
-    #[serde(rename = "attributes", default)]
-    system: System,
-    /// The queue it came from, as Lambda's event source mapping says.
-    #[serde(rename = "eventSourceARN", default)]
-    pub(crate) event_source_arn: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct System {
-    #[serde(rename = "ApproximateReceiveCount", default)]
-    receive_count: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Attribute {
-    #[serde(rename = "stringValue", default)]
-    string_value: Option<String>,
-}
-
 /// A spilled delivery read back from its message.
 #[derive(Debug)]
 pub(crate) struct Restored {
@@ -281,29 +236,11 @@ pub(crate) struct Restored {
     pub(crate) received_at: u64,
 }
 
-impl Record {
-    /// The message's body, as SQS holds it.
-    pub(crate) fn body(&self) -> &str {
-        &self.body
-    }
-
-    fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes.get(name)?.string_value.as_deref()
-    }
-
-    /// How many times SQS has handed this message out, this time included.
-    pub(crate) fn receive_count(&self) -> u64 {
-        self.system
-            .receive_count
-            .as_deref()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1)
-    }
-
-    /// The delivery this message holds; an error says which part is missing or unreadable
-    /// (a message this code did not write, or one of another version).
-    pub(crate) fn restore(&self) -> Result<Restored, &'static str> {
-        match self.attribute(VERSION) {
+impl Restored {
+    /// The delivery `record`'s message holds; an error says which part is missing or
+    /// unreadable (a message this code did not write, or one of another version).
+    pub(crate) fn from_record(record: &Record) -> Result<Self, &'static str> {
+        match record.attribute(VERSION) {
             Some(WRITTEN_VERSION) => {}
             Some("1") => {
                 return Err(
@@ -313,17 +250,17 @@ impl Record {
             }
             _ => return Err("not a spilled delivery of version 2"),
         }
-        let provider = self
+        let provider = record
             .attribute(PROVIDER)
             .ok_or("no provider attribute")?
             .to_owned();
-        let received_at = self
+        let received_at = record
             .attribute(RECEIVED_AT)
             .and_then(|t| t.parse().ok())
             .ok_or("no arrival time")?;
-        let body = crate::sqs_body::decode(&self.body, self.attribute(ENCODING))?;
+        let body = crate::sqs::body::decode(record.body(), record.attribute(ENCODING))?;
         let mut headers = http::HeaderMap::new();
-        if let Some(json) = self.attribute(HEADERS) {
+        if let Some(json) = record.attribute(HEADERS) {
             let read: std::collections::BTreeMap<String, String> =
                 serde_json::from_str(json).map_err(|_| "the headers are not a JSON object")?;
             for (name, value) in read {
@@ -340,49 +277,6 @@ impl Record {
             headers,
             received_at,
         })
-    }
-}
-
-/// The answer to an SQS event: the messages that were not applied, to be received again
-/// (Lambda's partial batch response, `ReportBatchItemFailures`).
-#[derive(Debug, Default, Serialize)]
-pub struct BatchResponse {
-    #[serde(rename = "batchItemFailures")]
-    failures: Vec<ItemFailure>,
-}
-
-#[derive(Debug, Serialize)]
-struct ItemFailure {
-    #[serde(rename = "itemIdentifier")]
-    item_identifier: String,
-}
-
-impl BatchResponse {
-    pub(crate) fn fail(&mut self, message_id: &str) {
-        self.failures.push(ItemFailure {
-            item_identifier: message_id.to_owned(),
-        });
-    }
-
-    /// Every record of a batch that cannot be read failed: each id that can be named, or,
-    /// with none, the whole batch, through the one answer Lambda documents as a complete
-    /// failure of a partial batch response, an empty item identifier. Anything else that is
-    /// not a partial batch response (an API Gateway answer, say) Lambda takes as a complete
-    /// success, deleting what was never applied.
-    pub(crate) fn all_failed(ids: &[String]) -> Self {
-        let mut response = Self::default();
-        if ids.is_empty() {
-            response.fail("");
-        }
-        for id in ids {
-            response.fail(id);
-        }
-        response
-    }
-
-    /// The message ids reported as failed.
-    pub fn failed(&self) -> impl Iterator<Item = &str> {
-        self.failures.iter().map(|f| f.item_identifier.as_str())
     }
 }
 
@@ -424,13 +318,13 @@ mod tests {
                 headers: &headers,
                 received_at: 1_796_070_269,
             };
-            let (text, base64) = crate::sqs_body::encode(body);
+            let (text, base64) = crate::sqs::body::encode(body);
             let attributes = spilled.attributes(base64).expect("attributes");
             let pairs: Vec<(&str, &str)> = attributes
                 .iter()
                 .map(|(n, v, _)| (*n, v.as_str()))
                 .collect();
-            let restored = record(&text, &pairs).restore().expect("restored");
+            let restored = Restored::from_record(&record(&text, &pairs)).expect("restored");
             assert_eq!(restored.body, body);
             assert_eq!(restored.provider, "github");
             assert_eq!(restored.received_at, 1_796_070_269);
@@ -444,18 +338,16 @@ mod tests {
     #[test]
     fn a_message_this_code_did_not_write_is_refused_by_name() {
         assert_eq!(
-            record("{}", &[]).restore().expect_err("refused"),
+            Restored::from_record(&record("{}", &[])).expect_err("refused"),
             "not a spilled delivery of version 2"
         );
         assert!(
-            record("{}", &[(VERSION, "1")])
-                .restore()
+            Restored::from_record(&record("{}", &[(VERSION, "1")]))
                 .expect_err("refused")
                 .contains("no signature")
         );
         assert_eq!(
-            record("{}", &[(VERSION, "2"), (PROVIDER, "stripe")])
-                .restore()
+            Restored::from_record(&record("{}", &[(VERSION, "2"), (PROVIDER, "stripe")]))
                 .expect_err("refused"),
             "no arrival time"
         );
@@ -492,10 +384,6 @@ mod tests {
             Duration::from_secs(1),
         );
         assert!(local.drains(Some("arn:aws:sqs:us-east-1:123456789012:spill")));
-        assert!(
-            Spill::new("not a url", Duration::from_secs(1))
-                .name()
-                .is_none()
-        );
+        assert!(!Spill::new("not a url", Duration::from_secs(1)).drains(Some("")));
     }
 }

@@ -75,6 +75,17 @@ impl Deployed {
     }
 }
 
+/// The message ids a batch answer reports failed, in order; a test fails on an answer that
+/// is not a batch response.
+pub fn failed_items(answer: &Value) -> Vec<&str> {
+    answer["batchItemFailures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a batch response: {answer}"))
+        .iter()
+        .filter_map(|f| f["itemIdentifier"].as_str())
+        .collect()
+}
+
 /// Invokes the function behind `api` with `event`, waiting at most `timeout`; returns its
 /// payload, parsed. A function error fails the test.
 pub async fn invoke(api: &RuntimeApi, event: &Value, timeout: Duration) -> Value {

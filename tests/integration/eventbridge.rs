@@ -1,15 +1,18 @@
 //! Amazon EventBridge as an entry point (`claimonce::bridge`), with the real binaries: each
-//! function under the Runtime API emulator, given its partner event source and event queue,
-//! invoked as Lambda's event source mapping invokes it with the queue's records, beside its
-//! webhook path, against one database.
+//! function under the Runtime API emulator, given its partner event source and its event queue
+//! in moto's SQS, handed what it took from the queue as Lambda's event source mapping hands it
+//! over, beside its webhook path, against one database.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use claimonce_local::bridge::{function_env, queue_arn, sqs_event};
+use claimonce_local::bridge::EventQueues;
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::payload_outcome;
 use claimonce_tests::lambda::{Scheduled, function, sample_event};
+use claimonce_tests::moto::moto;
 use claimonce_tests::outage::Outage;
 use claimonce_tests::sign::now;
 use serde_json::{Value, json};
@@ -19,8 +22,32 @@ pub(crate) const STRIPE_SOURCE: &str = "aws.partner/stripe.com/ed_test_claimonce
 /// Shopify's.
 const SHOPIFY_SOURCE: &str = "aws.partner/shopify.com/1234567/claimonce-local";
 
-/// A provider's function taking `source`'s events (none when `None`), its log lines kept.
-pub(crate) struct Bridging(Scheduled);
+/// A provider's function taking `source`'s events (none when `None`) from event queues of its
+/// own in moto's SQS, its log lines kept. Tests name the messages they send by a label.
+pub(crate) struct Bridging {
+    f: Scheduled,
+    queues: EventQueues,
+    /// Each label's last message: its queue, its id, and its receipt handle while it is on
+    /// the queue (reported failed), none once it was deleted.
+    sent: Mutex<HashMap<String, Sent>>,
+}
+
+#[derive(Clone)]
+struct Sent {
+    queue: String,
+    message_id: String,
+    receipt_handle: Option<String>,
+}
+
+/// Event queues no other test uses.
+async fn fresh_queues(provider: &str) -> EventQueues {
+    static QUEUES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = QUEUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let prefix = format!("t{}-{n}-{provider}", std::process::id());
+    EventQueues::create(&moto().await.url, &prefix, 30)
+        .await
+        .expect("the event queues")
+}
 
 impl Bridging {
     pub(crate) async fn start(provider: &str, database_url: &str, source: Option<&str>) -> Self {
@@ -35,49 +62,136 @@ impl Bridging {
         extra: &[(&str, &str)],
     ) -> Self {
         let f = function(provider);
+        let mut env = vec![(f.secret_var, f.dev_secret)];
+        env.extend_from_slice(extra);
+        Self::spawn(provider, database_url, source, &env).await
+    }
+
+    /// `provider`'s function on `database_url` with `env`, and with `source`, its event queues.
+    async fn spawn(
+        provider: &str,
+        database_url: &str,
+        source: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let queues = fresh_queues(provider).await;
         let bridge = source
-            .map(|s| function_env(provider, s))
+            .map(|s| queues.function_env(provider, s))
             .unwrap_or_default();
-        let mut env = vec![
+        let mut all = vec![
             ("DATABASE_URL", database_url),
-            (f.secret_var, f.dev_secret),
             ("DB_CONNECT_TIMEOUT_MS", "1000"),
         ];
-        env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        env.extend_from_slice(extra);
-        Self(Scheduled::start(f.binary, &env).await)
+        all.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        all.extend_from_slice(env);
+        Self {
+            f: Scheduled::start(function(provider).binary, &all).await,
+            queues,
+            sent: Mutex::default(),
+        }
     }
 
     pub(crate) async fn invoke(&self, event: &Value) -> Value {
-        self.0
+        self.f
             .run_within(event, Duration::from_secs(30))
             .await
             .expect("the function answers")
     }
 
-    /// Hands `events` to the function as a batch of its event queue, each on its `receive`th
-    /// receive; the ids reported failed.
-    pub(crate) async fn take(
-        &self,
-        provider: &str,
-        events: &[(&str, &Value)],
-        receive: u32,
-    ) -> Vec<String> {
-        self.take_from(&queue_arn(provider), events, receive).await
+    /// Puts `events` on the function's event queue, as EventBridge's rule does, and hands
+    /// them to it as the event source mapping does; the labels of those it reported failed. A
+    /// label whose message is still on the queue (reported failed before) is received again
+    /// rather than sent again; one whose message was deleted is sent again, as EventBridge
+    /// delivers an event twice.
+    pub(crate) async fn take(&self, events: &[(&str, &Value)]) -> Vec<String> {
+        self.take_from(&self.queues.url.clone(), events).await
     }
 
-    async fn take_from(&self, arn: &str, events: &[(&str, &Value)], receive: u32) -> Vec<String> {
-        let answer = self.invoke(&sqs_event(arn, events, receive)).await;
-        answer["batchItemFailures"]
-            .as_array()
-            .unwrap_or_else(|| panic!("a batch response: {answer}"))
-            .iter()
-            .map(|f| f["itemIdentifier"].as_str().expect("an id").to_owned())
-            .collect()
+    /// [`Bridging::take`] from the queue at `queue`.
+    async fn take_from(&self, queue: &str, events: &[(&str, &Value)]) -> Vec<String> {
+        let sqs = self.queues.sqs();
+        let mut ids = Vec::new();
+        for (label, event) in events {
+            let known = self.sent.lock().expect("sent").get(*label).cloned();
+            let id = match known {
+                Some(Sent {
+                    queue: q,
+                    message_id,
+                    receipt_handle: Some(handle),
+                }) if q == queue => {
+                    sqs.change_message_visibility()
+                        .queue_url(queue)
+                        .receipt_handle(handle)
+                        .visibility_timeout(0)
+                        .send()
+                        .await
+                        .expect("visible again");
+                    message_id
+                }
+                _ => self.queues.send(queue, event).await.expect("sent"),
+            };
+            self.sent.lock().expect("sent").insert(
+                (*label).to_owned(),
+                Sent {
+                    queue: queue.to_owned(),
+                    message_id: id.clone(),
+                    receipt_handle: None,
+                },
+            );
+            ids.push(id);
+        }
+        let messages = self.queues.receive(queue, &ids).await.expect("received");
+        let answer = self
+            .invoke(&claimonce_local::spill::sqs_event(queue, &messages))
+            .await;
+        let failed = claimonce_tests::lambda::failed_items(&answer);
+        let labels = self.note(&messages, &failed);
+        for m in &messages {
+            if !failed.contains(&m.message_id().unwrap_or_default()) {
+                claimonce_local::spill::delete(sqs, queue, m)
+                    .await
+                    .expect("deleted");
+            }
+        }
+        labels
+    }
+
+    /// Notes which of `messages` were reported `failed` (still on the queue, by the receipt
+    /// handle they were received with) and which are deleted; the labels of the failed ones.
+    fn note(&self, messages: &[aws_sdk_sqs::types::Message], failed: &[&str]) -> Vec<String> {
+        let mut labels = Vec::new();
+        let mut sent = self.sent.lock().expect("sent");
+        for m in messages {
+            let id = m.message_id().unwrap_or_default();
+            let label = sent
+                .iter()
+                .find(|(_, s)| s.message_id == id)
+                .map(|(l, _)| l.clone())
+                .unwrap_or_else(|| id.to_owned());
+            if failed.contains(&id) {
+                labels.push(label.clone());
+                if let Some(s) = sent.get_mut(&label) {
+                    s.receipt_handle = m.receipt_handle().map(str::to_owned);
+                }
+            } else if let Some(s) = sent.get_mut(&label) {
+                // Deleted by the caller: taken again, it is sent again.
+                s.receipt_handle = None;
+            }
+        }
+        labels
+    }
+
+    /// The SQS message id of `label`'s last message.
+    fn message_id(&self, label: &str) -> Option<String> {
+        self.sent
+            .lock()
+            .expect("sent")
+            .get(label)
+            .map(|s| s.message_id.clone())
     }
 
     pub(crate) fn lines(&self, message: &str) -> Vec<Value> {
-        self.0.lines(message)
+        self.f.lines(message)
     }
 
     /// The dispositions of its `bridged` lines, in order.
@@ -135,12 +249,12 @@ async fn a_stripe_event_by_webhook_and_by_eventbridge_is_applied_once() {
         (200, "processed".into())
     );
     let twin = stripe_bridged(&by_webhook);
-    assert!(f.take("stripe", &[("m-1", &twin)], 1).await.is_empty());
+    assert!(f.take(&[("m-1", &twin)]).await.is_empty());
     assert_eq!(credit(&db).await, 2000);
 
     let sample = sample_event("stripe/eventbridge/invoice.paid.json");
-    assert!(f.take("stripe", &[("m-2", &sample)], 1).await.is_empty());
-    assert!(f.take("stripe", &[("m-2", &sample)], 2).await.is_empty());
+    assert!(f.take(&[("m-2", &sample)]).await.is_empty());
+    assert!(f.take(&[("m-2", &sample)]).await.is_empty());
     assert_eq!(
         payload_outcome(&f.invoke(&stripe_webhook_of(&sample["detail"])).await),
         (200, "duplicate".into())
@@ -150,7 +264,15 @@ async fn a_stripe_event_by_webhook_and_by_eventbridge_is_applied_once() {
     let line = &f.lines("bridged")[1];
     assert_eq!(line["event_id"], sample["detail"]["id"]);
     assert_eq!(line["eventbridge_id"], sample["id"]);
-    assert_eq!(line["sqs_message_id"], "m-2");
+    let again = &f.lines("bridged")[2];
+    assert_eq!(
+        again["sqs_message_id"].as_str(),
+        f.message_id("m-2").as_deref()
+    );
+    assert_ne!(
+        line["sqs_message_id"], again["sqs_message_id"],
+        "sent twice"
+    );
     assert_eq!(
         db.count("SELECT count(*) FROM processed_events WHERE provider = 'stripe'")
             .await,
@@ -172,7 +294,7 @@ async fn an_event_not_of_its_source_account_or_queue_is_never_applied() {
     let mut other_source = genuine.clone();
     other_source["source"] = json!("aws.partner/stripe.com/ed_test_someone_else");
     let mut other_account = genuine.clone();
-    other_account["account"] = json!("123456789012");
+    other_account["account"] = json!("210987654321");
     let mut not_stripe = genuine.clone();
     not_stripe["detail"] = json!({"object": "event", "type": "invoice.paid"});
     for (id, event) in [
@@ -180,11 +302,17 @@ async fn an_event_not_of_its_source_account_or_queue_is_never_applied() {
         ("other account", &other_account),
         ("not a Stripe event", &not_stripe),
     ] {
-        assert_eq!(f.take("stripe", &[(id, event)], 1).await, [id], "{id}");
+        assert_eq!(f.take(&[(id, event)]).await, [id], "{id}");
     }
-    let other_queue = queue_arn("stripe").replace("-events", "-spill");
+    let other_queue = claimonce_local::spill::create_queue(
+        f.queues.sqs(),
+        &format!("t{}-other-queue", std::process::id()),
+        &[],
+    )
+    .await
+    .expect("another queue");
     assert_eq!(
-        f.take_from(&other_queue, &[("other queue", &genuine)], 1)
+        f.take_from(&other_queue, &[("other queue", &genuine)])
             .await,
         ["other queue"]
     );
@@ -204,14 +332,73 @@ async fn an_event_not_of_its_source_account_or_queue_is_never_applied() {
 
     let without = Bridging::start("stripe", &url, None).await;
     assert_eq!(
-        without
-            .take("stripe", &[("unconfigured", &genuine)], 1)
-            .await,
+        without.take(&[("unconfigured", &genuine)]).await,
         ["unconfigured"]
     );
     assert!(without.bridged().is_empty());
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     assert_eq!(credit(&db).await, 0);
+}
+
+/// A record SQS never handed out is never applied, whatever its fields say: a direct invoke
+/// with the event queue's ARN and a genuine envelope, but a made-up receipt handle, none, or
+/// the real handle of a message received from another queue, is reported failed, its line
+/// naming SQS's refusal (the queue was asked), and writes nothing. The same event put on the
+/// queue and received from it is applied.
+#[tokio::test]
+async fn a_record_sqs_never_handed_out_applies_nothing() {
+    let db = TestDb::new().await;
+    let f = Bridging::start("stripe", &db.function_url_as("stripe"), Some(STRIPE_SOURCE)).await;
+    let event = sample_event("stripe/eventbridge/invoice.paid.json");
+    let sqs = f.queues.sqs();
+    let other = claimonce_local::spill::create_queue(
+        sqs,
+        &format!("t{}-elsewhere", std::process::id()),
+        &[],
+    )
+    .await
+    .expect("another queue");
+    let id = f.queues.send(&other, &event).await.expect("sent");
+    let elsewhere = f.queues.receive(&other, &[id]).await.expect("received");
+    let elsewhere = elsewhere[0].receipt_handle().expect("a handle");
+    let arn = claimonce_local::spill::queue_arn(&f.queues.url);
+    let record = |id: &str, handle: Option<&str>| {
+        let mut record = json!({"messageId": id, "body": event.to_string(),
+            "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+            "eventSource": "aws:sqs", "eventSourceARN": arn});
+        if let Some(handle) = handle {
+            record["receiptHandle"] = json!(handle);
+        }
+        record
+    };
+    let forged = json!({"Records": [
+        record("made-up", Some("AQEBmadeUpByAnInvokerWhoReceivedNothing==")),
+        record("none", None),
+        record("another queue's", Some(elsewhere)),
+    ]});
+    let answer = f.invoke(&forged).await;
+    let failed = claimonce_tests::lambda::failed_items(&answer);
+    assert_eq!(failed, ["made-up", "none", "another queue's"]);
+    let errors: Vec<String> = f
+        .lines("bridged")
+        .iter()
+        .map(|l| l["error"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    for (i, why) in [
+        (0, "ReceiptHandleIsInvalid"),
+        (1, "no receipt handle"),
+        (2, "ReceiptHandleIsInvalid"),
+    ] {
+        assert!(errors[i].contains("not proven"), "{errors:?}");
+        assert!(errors[i].contains(why), "{i}: {errors:?}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(credit(&db).await, 0);
+
+    assert!(f.take(&[("received", &event)]).await.is_empty());
+    assert_eq!(f.bridged(), ["error", "error", "error", "processed"]);
+    assert_eq!(credit(&db).await, 700);
 }
 
 /// An event the database cannot take is reported failed, so the queue hands it out again,
@@ -227,7 +414,7 @@ async fn a_bridged_event_the_database_cannot_take_is_received_again_and_applied_
     let f = Bridging::start("stripe", &through, Some(STRIPE_SOURCE)).await;
     let sample = sample_event("stripe/eventbridge/invoice.paid.json");
     outage.down().await;
-    assert_eq!(f.take("stripe", &[("m-1", &sample)], 1).await, ["m-1"]);
+    assert_eq!(f.take(&[("m-1", &sample)]).await, ["m-1"]);
     let failed = &f.lines("bridged")[0];
     assert_eq!(failed["disposition"], "error");
     assert!(
@@ -238,9 +425,9 @@ async fn a_bridged_event_the_database_cannot_take_is_received_again_and_applied_
     );
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     outage.up().await.expect("the forwarder back");
-    assert!(f.take("stripe", &[("m-1", &sample)], 2).await.is_empty());
-    let dead = claimonce_local::bridge::dead_letter_arn("stripe");
-    assert!(f.take_from(&dead, &[("m-1", &sample)], 1).await.is_empty());
+    assert!(f.take(&[("m-1", &sample)]).await.is_empty());
+    let dead = f.queues.dead_letter_url.clone();
+    assert!(f.take_from(&dead, &[("m-1", &sample)]).await.is_empty());
     assert_eq!(f.bridged(), ["error", "processed", "duplicate"]);
     assert_eq!(credit(&db).await, 700);
 }
@@ -259,8 +446,8 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
     )
     .await;
     let sample = sample_event("shopify/eventbridge/orders.updated.json");
-    assert!(f.take("shopify", &[("m-1", &sample)], 1).await.is_empty());
-    assert!(f.take("shopify", &[("m-1", &sample)], 2).await.is_empty());
+    assert!(f.take(&[("m-1", &sample)]).await.is_empty());
+    assert!(f.take(&[("m-1", &sample)]).await.is_empty());
     assert_eq!(f.bridged(), ["processed", "duplicate"]);
     assert_eq!(
         f.lines("bridged")[0]["delivery_id"],
@@ -312,11 +499,11 @@ async fn a_shopify_order_through_eventbridge_is_kept_once() {
     );
 }
 
-/// `sam local` gives each EventBridge provider's function the partner source and the event
-/// queue the local run gives it (events/sam-env.json, rendered by scripts/template), so the
-/// SAM check's EventBridge record is one the function takes.
+/// `sam local` gives each EventBridge provider's function the partner source its samples name
+/// and an event queue in their account (events/sam-env.json, rendered by scripts/template), so
+/// that the SAM check's record is refused for its proof alone: the containers reach no SQS.
 #[test]
-fn sam_local_s_event_queue_is_the_local_runs() {
+fn sam_local_s_event_queue_is_in_the_samples_account() {
     let text = std::fs::read_to_string(
         claimonce_local::functions::workspace_root().join("events/sam-env.json"),
     )
@@ -326,12 +513,14 @@ fn sam_local_s_event_queue_is_the_local_runs() {
         let source = claimonce_local::bridge::local_source(function(provider));
         let var = claimonce::bridge::Bridge::source_var(provider);
         assert_eq!(env[name][&var].as_str(), source.as_deref(), "{name}");
-        assert_eq!(env[name]["EVENT_QUEUE_ARN"], queue_arn(provider), "{name}");
-        assert_eq!(
-            env[name]["EVENT_DEAD_LETTER_QUEUE_ARN"],
-            claimonce_local::bridge::dead_letter_arn(provider),
-            "{name}"
-        );
+        let sample = function(provider).eventbridge_samples()[0].clone();
+        let sample: Value =
+            serde_json::from_str(&std::fs::read_to_string(sample).expect("sample")).expect("JSON");
+        let account = sample["account"].as_str().expect("an account");
+        for var in ["EVENT_QUEUE_URL", "EVENT_DEAD_LETTER_QUEUE_URL"] {
+            let url = env[name][var].as_str().unwrap_or_default();
+            assert!(url.contains(&format!("/{account}/")), "{name} {var}: {url}");
+        }
     }
 }
 
@@ -343,18 +532,11 @@ fn sam_local_s_event_queue_is_the_local_runs() {
 #[tokio::test]
 async fn a_receiver_with_eventbridge_alone_needs_no_secret_and_refuses_every_webhook() {
     let db = TestDb::new().await;
-    let f = function("stripe");
     let url = db.function_url_as("stripe");
-    let bridge = function_env("stripe", STRIPE_SOURCE);
-    let mut env = vec![
-        ("DATABASE_URL", url.as_str()),
-        ("DB_CONNECT_TIMEOUT_MS", "1000"),
-    ];
-    env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let only = Bridging(Scheduled::start(f.binary, &env).await);
+    let only = Bridging::spawn("stripe", &url, Some(STRIPE_SOURCE), &[]).await;
 
     let sample = sample_event("stripe/eventbridge/invoice.paid.json");
-    assert!(only.take("stripe", &[("m-1", &sample)], 1).await.is_empty());
+    assert!(only.take(&[("m-1", &sample)]).await.is_empty());
     assert_eq!(only.bridged(), ["processed"]);
     assert_eq!(credit(&db).await, 700);
 

@@ -168,7 +168,7 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
                 ],
             )
             .expect("spawn");
-        routes.insert(f.path(), api);
+        routes.insert(f.path(), gateway::Route::Function(api));
         deployed.push((d, child));
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

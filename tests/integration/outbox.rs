@@ -827,9 +827,9 @@ fn attribute<'m>(message: &'m aws_sdk_sqs::types::Message, name: &str) -> Option
 /// The bytes a message stands for, decoded as a consumer decodes them (OPERATIONS.md,
 /// "Outbox"): base64 when its `claimonce-body-encoding` attribute says so.
 fn consumed(message: &aws_sdk_sqs::types::Message) -> Vec<u8> {
-    claimonce::sqs_body::decode(
+    claimonce::sqs::body::decode(
         message.body().unwrap_or_default(),
-        attribute(message, claimonce::sqs_body::ENCODING_ATTRIBUTE),
+        attribute(message, claimonce::sqs::body::ENCODING_ATTRIBUTE),
     )
     .expect("a body the consumer can decode")
 }
@@ -923,7 +923,7 @@ async fn a_github_forward_holding_characters_sqs_refuses_reaches_its_queue_and_v
     assert_eq!(messages.len(), 1);
     let message = &messages[0];
     assert_eq!(
-        attribute(message, claimonce::sqs_body::ENCODING_ATTRIBUTE),
+        attribute(message, claimonce::sqs::body::ENCODING_ATTRIBUTE),
         Some("base64")
     );
     let bytes = consumed(message);

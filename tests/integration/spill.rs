@@ -187,7 +187,7 @@ async fn receive(
     queue: &str,
     visibility: i32,
 ) -> Vec<aws_sdk_sqs::types::Message> {
-    claimonce_local::spill::receive(sqs, queue, visibility, 0)
+    claimonce_local::spill::receive(sqs, queue, Some(visibility), 0)
         .await
         .expect("receive")
 }
@@ -967,12 +967,7 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
         Duration::from_secs(15),
     )
     .await;
-    let failed: Vec<&str> = answer["batchItemFailures"]
-        .as_array()
-        .expect("a batch response")
-        .iter()
-        .filter_map(|f| f["itemIdentifier"].as_str())
-        .collect();
+    let failed = claimonce_tests::lambda::failed_items(&answer);
     assert_eq!(
         failed,
         ["thin-1", "thin-2", "thin-3", "thin-4", "thin-5", "thin-6"],

@@ -98,7 +98,7 @@ async fn a_thin_event_is_applied_from_the_object_stripe_holds() {
         None,
     );
     assert!(
-        f.take("stripe", &[("m-1", &stripe_bridged(&bridged))], 1)
+        f.take(&[("m-1", &stripe_bridged(&bridged))])
             .await
             .is_empty()
     );
@@ -437,7 +437,7 @@ async fn a_snapshot_event_and_its_thin_twin_are_applied_once() {
         payload_outcome(&f.invoke(&stripe_webhook_of(&twin)).await),
         (200, "processed".into())
     );
-    assert!(f.take("stripe", &[("m-1", &bridged)], 1).await.is_empty());
+    assert!(f.take(&[("m-1", &bridged)]).await.is_empty());
     assert_eq!(f.bridged(), ["duplicate"]);
     assert_eq!(
         api.fetched(),

@@ -258,13 +258,13 @@ impl Kind {
                 let detail: serde_json::Value =
                     serde_json::from_slice(&invoice(&format!("evt_b_{n}"), "cus_b", 1))
                         .unwrap_or_default();
+                // The envelope alone: `received` puts it on the event queue and hands over
+                // the record SQS gives back.
                 let envelope = json!({"version": "0", "id": format!("eb-{n}"),
                     "detail-type": "invoice.paid", "source": claimonce_bench::EVENT_SOURCE,
-                    "account": claimonce_local::bridge::ACCOUNT, "time": "2026-12-02T10:00:00Z",
+                    "account": MOTO_ACCOUNT, "time": "2026-12-02T10:00:00Z",
                     "region": "us-east-1", "resources": [], "detail": detail});
-                let arn = claimonce_local::bridge::queue_arn("stripe");
-                let event = claimonce_local::bridge::sqs_event(&arn, &[("m", &envelope)], 1);
-                (event.to_string(), b"\"batchItemFailures\":[]")
+                (envelope.to_string(), BATCH_OK)
             }
             Kind::Thin => {
                 let body = serde_json::to_vec(&json!({"id": format!("evt_t_{n}"),
@@ -277,6 +277,35 @@ impl Kind {
             }
         }
     }
+}
+
+/// What a batch answer with no failed record holds.
+const BATCH_OK: &[u8] = b"\"batchItemFailures\":[]";
+
+/// The account moto's queues are in.
+const MOTO_ACCOUNT: &str = "123456789012";
+
+/// Each EventBridge envelope of `events` put on the event queue and received from it, as the
+/// one record of an SQS event, as Lambda's event source mapping hands it over: the function
+/// proves each with the receipt handle SQS issued (one ChangeMessageVisibilityBatch per batch).
+async fn received(
+    queues: &claimonce_local::bridge::EventQueues,
+    events: Vec<(String, &'static [u8])>,
+) -> Result<Vec<(String, &'static [u8])>, String> {
+    let mut records = Vec::with_capacity(events.len());
+    for chunk in events.chunks(10) {
+        let mut ids = Vec::with_capacity(chunk.len());
+        for (envelope, _) in chunk {
+            let envelope: serde_json::Value =
+                serde_json::from_str(envelope).map_err(|e| e.to_string())?;
+            ids.push(queues.send(&queues.url, &envelope).await?);
+        }
+        for message in queues.receive(&queues.url, &ids).await? {
+            let event = claimonce_local::spill::sqs_event(&queues.url, &[message]);
+            records.push((event.to_string(), BATCH_OK));
+        }
+    }
+    Ok(records)
 }
 
 fn status_is(
@@ -419,16 +448,27 @@ async fn main() -> std::process::ExitCode {
         json!({"id": THIN_INVOICE, "object": "invoice", "customer": "cus_t", "amount_paid": 1,
                "amount_due": 1, "status": "paid"}),
     );
+    // It takes EventBridge events too (claimonce::bridge), from an event queue in moto's SQS,
+    // as a deployment with StripeEventBusName does: the bridged row measures that path.
+    let queues = match claimonce_local::moto::start().await {
+        Ok(moto) => claimonce_local::bridge::EventQueues::create(&moto, "lambda-loop", 900).await,
+        Err(e) => Err(e),
+    };
+    let queues = match queues {
+        Ok(queues) => queues,
+        Err(e) => {
+            eprintln!("lambda-loop: the event queue in moto's SQS: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let bridge = queues.function_env("stripe", claimonce_bench::EVENT_SOURCE);
     let stripe = Fleet::start("stripe-webhook", processes, |api| {
-        claimonce_bench::spawn_stripe(
-            api,
-            &binary,
-            &url,
-            &[
-                ("STRIPE_API_KEY", THIN_KEY),
-                ("STRIPE_API_BASE", &stripe_api.url),
-            ],
-        )
+        let mut env = vec![
+            ("STRIPE_API_KEY", THIN_KEY),
+            ("STRIPE_API_BASE", stripe_api.url.as_str()),
+        ];
+        env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        claimonce_bench::spawn_stripe(api, &binary, &url, &env)
     })
     .await;
     if floor.pids.len() as u64 != processes || stripe.pids.len() as u64 != processes {
@@ -461,8 +501,17 @@ async fn main() -> std::process::ExitCode {
         let fleet = if kind == Kind::Floor { &floor } else { &stripe };
         // Built before the clock starts: only the function's side is measured anyway, but
         // the emulator shares the machine.
-        let events: Vec<(String, &'static [u8])> =
+        let mut events: Vec<(String, &'static [u8])> =
             (0..deliveries).map(|n| kind.delivery(n)).collect();
+        if kind == Kind::Bridged {
+            events = match received(&queues, events).await {
+                Ok(records) => records,
+                Err(e) => {
+                    eprintln!("lambda-loop: the event queue: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
+        }
         let before = fleet.usage();
         failures += fleet.send(events).await;
         let after = fleet.usage();

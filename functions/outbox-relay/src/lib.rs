@@ -102,9 +102,9 @@ impl OutboxRow {
         }
         if self
             .text()
-            .is_some_and(|text| !claimonce::sqs_body::is_text(text.as_bytes()))
+            .is_some_and(|text| !claimonce::sqs::body::is_text(text.as_bytes()))
         {
-            attributes.push((claimonce::sqs_body::ENCODING_ATTRIBUTE, "base64".to_owned()));
+            attributes.push((claimonce::sqs::body::ENCODING_ATTRIBUTE, "base64".to_owned()));
         }
         attributes
     }
@@ -122,9 +122,9 @@ impl OutboxRow {
 
     /// The message body as sent: [`OutboxRow::text`], or its base64 when it holds a character
     /// SQS refuses (the `claimonce-body-encoding` attribute then says `base64`:
-    /// [`claimonce::sqs_body`]).
+    /// [`claimonce::sqs::body`]).
     pub fn message_body(&self) -> Option<String> {
-        Some(claimonce::sqs_body::encode(self.text()?.as_bytes()).0)
+        Some(claimonce::sqs::body::encode(self.text()?.as_bytes()).0)
     }
 
     /// The message. A forwarded event: its signed body, verbatim. Any other row:
@@ -659,7 +659,7 @@ mod tests {
         assert_eq!(
             refused.message_body().as_deref(),
             Some(
-                claimonce::sqs_body::encode(refused.payload.as_bytes())
+                claimonce::sqs::body::encode(refused.payload.as_bytes())
                     .0
                     .as_str()
             )

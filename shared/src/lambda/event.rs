@@ -33,7 +33,7 @@ pub const MAX_HEADERS: usize = 1000;
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Incoming {
     Http(Format, Request),
-    Spilled(Vec<crate::spill::Record>),
+    Spilled(Vec<crate::sqs::Record>),
     /// An SQS batch whose records cannot all be read: the message ids that can be.
     UnreadableBatch(Vec<String>),
 }

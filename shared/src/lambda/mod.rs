@@ -120,7 +120,7 @@ impl<P: Provider> Receiver<P> {
             Ok(Incoming::Spilled(records)) => Answer::Batch(self.drain(&records, deadline).await),
             Ok(Incoming::UnreadableBatch(ids)) => {
                 self.refuse_batch(&ids);
-                Answer::Batch(crate::spill::BatchResponse::all_failed(&ids))
+                Answer::Batch(crate::sqs::BatchResponse::all_failed(&ids))
             }
             read => Answer::Http(self.respond(started, read).await),
         }
@@ -157,7 +157,7 @@ pub enum Answer {
     /// An API Gateway response payload.
     Http(Payload),
     /// A partial batch response to an SQS event.
-    Batch(crate::spill::BatchResponse),
+    Batch(crate::sqs::BatchResponse),
 }
 
 /// Runs a receiver as a Lambda function: connect at cold start, then answer every

@@ -6,7 +6,8 @@ use crate::bridge::Bridge;
 
 impl<P: Provider> Receiver<P> {
     /// One event queue record's outcome, and EventBridge's id of the event once its envelope
-    /// opened. The envelope must name the configured partner source and the queue's account;
+    /// opened. The record must be proven to have come off the queue (`proof`; nothing of it is read
+    /// otherwise), and the envelope must name the configured partner source and the queue's account;
     /// the provider unwraps its `detail` into what its webhook would carry and its own parser
     /// reads that. No signature covers it (the sender wrote it into EventBridge itself), and
     /// the claim stores no payload fingerprint: the JSON is EventBridge's, not the bytes a
@@ -15,10 +16,15 @@ impl<P: Provider> Receiver<P> {
     pub(super) async fn bridged<'r>(
         &self,
         bridge: &Bridge,
-        record: &'r crate::spill::Record,
+        record: &'r crate::sqs::Record,
+        proof: Result<(), String>,
         unavailable: &mut Option<&'static str>,
         deadline: Option<tokio::time::Instant>,
     ) -> (Outcome, Option<std::borrow::Cow<'r, str>>) {
+        if let Err(why) = proof {
+            let why = format!("not proven to have come off the event queue: {why}");
+            return (Outcome::failed(why), None);
+        }
         let envelope = match bridge.open(record.body()) {
             Ok(envelope) => envelope,
             Err(why) => return (Outcome::failed(why.to_owned()), None),

@@ -35,14 +35,22 @@ impl<P: Provider> Receiver<P> {
     /// failed, untried, before the deadline: received again, never lost with the batch.
     pub(crate) async fn drain(
         &self,
-        records: &[crate::spill::Record],
+        records: &[crate::sqs::Record],
         deadline: Option<tokio::time::Instant>,
-    ) -> crate::spill::BatchResponse {
-        let mut response = crate::spill::BatchResponse::default();
+    ) -> crate::sqs::BatchResponse {
+        let mut response = crate::sqs::BatchResponse::default();
         // Once the database is found unavailable, the rest of the batch is not tried: each
         // would wait out its own connect or deadline, and the batch the function's timeout.
         let mut unavailable: Option<&'static str> = None;
+        // The event queues' records proven to have come off them, before any is claimed: one
+        // SQS call per queue and batch (crate::sqs::receipt).
+        let mut proofs = match &self.bridge {
+            Some(bridge) => bridge.prove(records).await,
+            None => Vec::new(),
+        }
+        .into_iter();
         for record in records {
+            let proof = proofs.next().flatten();
             let started = Instant::now();
             if !self.fits(deadline, false) {
                 response.fail(&record.message_id);
@@ -55,8 +63,9 @@ impl<P: Provider> Receiver<P> {
             let (outcome, via) = match &self.bridge {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
+                    let proof = proof.unwrap_or_else(|| Err("it was not asked of SQS".into()));
                     (outcome, eventbridge_id) = self
-                        .bridged(bridge, record, &mut unavailable, deadline)
+                        .bridged(bridge, record, proof, &mut unavailable, deadline)
                         .await;
                     let via = Via::EventBridge {
                         sqs_message_id: &record.message_id,
@@ -106,7 +115,7 @@ impl<P: Provider> Receiver<P> {
 
     /// A record left untried because the invocation's deadline is too near: one WARN line, by
     /// its message id; it is received again after its visibility timeout.
-    fn log_untried(&self, record: &crate::spill::Record) {
+    fn log_untried(&self, record: &crate::sqs::Record) {
         self.log.write(
             crate::log::Level::Warn,
             "not tried: too near the invocation's deadline; received again",
@@ -140,7 +149,7 @@ impl<P: Provider> Receiver<P> {
     /// One spilled delivery's outcome, and how long since it first arrived once it was read.
     async fn drained(
         &self,
-        record: &crate::spill::Record,
+        record: &crate::sqs::Record,
         unavailable: &mut Option<&'static str>,
         deadline: Option<tokio::time::Instant>,
     ) -> (Outcome, Option<u64>) {
@@ -191,7 +200,7 @@ impl<P: Provider> Receiver<P> {
     /// A spilled message, proven and parsed again as its webhook was: the same bytes, the
     /// signature headers they arrived with, checked with the current secrets (read again once
     /// if none matches, as for a webhook), and the headers the parser read then.
-    async fn restore(&self, record: &crate::spill::Record) -> Result<Reparsed<P::Event>, Refused> {
+    async fn restore(&self, record: &crate::sqs::Record) -> Result<Reparsed<P::Event>, Refused> {
         let unreadable = |why: String| Refused::Unreadable(why);
         let Some(spill) = &self.spill else {
             return Err(unreadable(
@@ -203,7 +212,8 @@ impl<P: Provider> Receiver<P> {
                 "a record from a queue other than this function's spill queue".into(),
             ));
         }
-        let restored = record.restore().map_err(|why| unreadable(why.to_owned()))?;
+        let restored = crate::spill::Restored::from_record(record)
+            .map_err(|why| unreadable(why.to_owned()))?;
         if restored.provider != P::NAME {
             return Err(unreadable(format!(
                 "a message for provider {:?} on {:?}'s queue",
