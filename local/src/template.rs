@@ -59,9 +59,22 @@ struct Values {
     retention: bool,
     eventbridge: bool,
     api: bool,
+    /// Its deploy table sets the receiver's bounds ([`DEADLINE_KEYS`]), fitted to the sender's
+    /// answer window.
+    deadline: bool,
     /// Where its registry entry is, for errors.
     manifest: String,
 }
+
+/// The deploy table's keys that fit a receiver's bounds to its sender's answer window (Slack's
+/// 3 s against the 5 s default delivery deadline): all three or none, each a number of
+/// milliseconds, set on the receiver as `DB_DELIVERY_TIMEOUT_MS`, `DB_CONNECT_TIMEOUT_MS` and
+/// `SPILL_TIMEOUT_MS` (the `deadline-env` fragment of deploy/provider.yaml).
+const DEADLINE_KEYS: [&str; 3] = [
+    "delivery_timeout_ms",
+    "connect_timeout_ms",
+    "spill_timeout_ms",
+];
 
 /// The files a rendering writes: each path (under the project) and its text.
 pub type Outputs = Vec<(PathBuf, String)>;
@@ -278,6 +291,7 @@ fn values(project: &Path, p: &Provider) -> Result<Values, String> {
     } else {
         "true"
     };
+    let deadline = deadline(p).map_err(at)?;
     let folder = p
         .folder
         .file_name()
@@ -311,6 +325,11 @@ fn values(project: &Path, p: &Provider) -> Result<Values, String> {
         ),
     ]
     .into_iter()
+    .chain(
+        DEADLINE_KEYS
+            .iter()
+            .map(|key| (*key, p.deploy(key).map(str::to_owned))),
+    )
     .collect();
     Ok(Values {
         text,
@@ -318,8 +337,42 @@ fn values(project: &Path, p: &Provider) -> Result<Values, String> {
         eventbridge: p.deploy("eventbridge") == Some("true"),
         // The provider completes events from its sender's API (claimonce::fetch).
         api: p.get("api_key_var").is_some(),
+        deadline,
         manifest,
     })
+}
+
+/// Whether the deploy table sets the receiver's bounds: all of [`DEADLINE_KEYS`], each a
+/// whole number of milliseconds above zero, or none of them.
+fn deadline(p: &Provider) -> Result<bool, String> {
+    let set: Vec<&str> = DEADLINE_KEYS
+        .iter()
+        .copied()
+        .filter(|key| p.deploy(key).is_some())
+        .collect();
+    if set.is_empty() {
+        return Ok(false);
+    }
+    if let Some(missing) = DEADLINE_KEYS.iter().find(|key| !set.contains(key)) {
+        return Err(format!(
+            "[package.metadata.claimonce.deploy] sets {} but not {missing}: the three bounds \
+             fit the sender's answer window together",
+            set.join(", ")
+        ));
+    }
+    for key in DEADLINE_KEYS {
+        let value = p.deploy(key).unwrap_or_default();
+        if value.is_empty()
+            || !value.bytes().all(|b| b.is_ascii_digit())
+            || value.bytes().all(|b| b == b'0')
+        {
+            return Err(format!(
+                "[package.metadata.claimonce.deploy] {key} = {value:?}: a number of \
+                 milliseconds above zero"
+            ));
+        }
+    }
+    Ok(true)
 }
 
 impl Values {
@@ -527,8 +580,8 @@ impl Deploy {
     /// `text` with every `%%key%%` replaced by the provider's value. A line that is only
     /// `%%?fragment%%` becomes that fragment of deploy/provider.yaml, filled and indented as
     /// the line, for a provider it applies to (`api-*` for one that completes events from its
-    /// sender's API, the others for one that delivers through EventBridge), and nothing for
-    /// the others.
+    /// sender's API, `deadline-*` for one whose deploy table sets its bounds, the others for
+    /// one that delivers through EventBridge), and nothing for the others.
     fn fill(&self, text: &str, p: &Values) -> Result<String, String> {
         let mut optional = String::new();
         let with_end = format!("{text}\n");
@@ -548,6 +601,8 @@ impl Deploy {
             };
             let wanted = if name.starts_with("api-") {
                 p.api
+            } else if name.starts_with("deadline-") {
+                p.deadline
             } else {
                 p.eventbridge
             };
@@ -868,40 +923,115 @@ mod tests {
         );
     }
 
-    /// Paddle's template builds its own receiver and its own migrate binary, keeps none of
-    /// this repository's senders' parts, and is what examples/paddle/template.yaml holds.
+    /// Each example's template builds its own receiver and its own migrate binary, keeps none
+    /// of this repository's senders' parts, and is what the example's template.yaml holds.
     #[test]
     fn an_outside_crate_renders_its_own_binaries() {
         let root = claimonce_root();
-        let paddle = root.join("examples/paddle");
-        let outputs = render(&paddle, &root).expect("renders");
-        let [(path, text), (quickstart, _)] = outputs.as_slice() else {
-            panic!("the template and the quick start: {outputs:?}");
+        for example in ["paddle", "slack"] {
+            let folder = root.join("examples").join(example);
+            let outputs = render(&folder, &root).expect("renders");
+            let [(path, text), (quickstart, _)] = outputs.as_slice() else {
+                panic!("the template and the quick start: {outputs:?}");
+            };
+            assert_eq!(*path, folder.join("template.yaml"));
+            assert_eq!(*quickstart, folder.join("quickstart.yaml"));
+            assert!(
+                text.contains(&format!("Binary: {example}-webhook\n")),
+                "its receiver"
+            );
+            for job in ["migrate", "sweep", "relay"] {
+                assert!(
+                    text.contains(&format!("Binary: {example}-{job}\n")),
+                    "{example}'s {job}"
+                );
+            }
+            for claimonce in ["migrate", "retention-sweep", "outbox-relay"] {
+                assert!(
+                    !text.contains(&format!("Binary: {claimonce}\n")),
+                    "{claimonce}"
+                );
+            }
+            for other in ["GitHub", "Stripe", "Resend"] {
+                assert!(!text.contains(&format!("{other}Recover")), "{other}");
+            }
+            assert!(!text.contains("%%"), "every placeholder filled");
+            for (path, text) in &outputs {
+                assert_eq!(
+                    read(path).expect("committed"),
+                    *text,
+                    "run the renderer for {example}"
+                );
+            }
+        }
+    }
+
+    /// Slack's deploy table fits its receiver's bounds to Slack's 3 s: they are set in its
+    /// function's environment, over the defaults of Globals, and Paddle's, which sets none,
+    /// keeps the defaults.
+    #[test]
+    fn a_deploy_table_s_bounds_reach_its_receiver() {
+        let root = claimonce_root();
+        let template = |example: &str| {
+            let outputs = render(&root.join("examples").join(example), &root).expect("renders");
+            outputs
+                .into_iter()
+                .next()
+                .map(|(_, text)| text)
+                .unwrap_or_default()
         };
-        assert_eq!(*path, paddle.join("template.yaml"));
-        assert_eq!(*quickstart, paddle.join("quickstart.yaml"));
-        assert!(text.contains("Binary: paddle-webhook\n"), "its receiver");
-        for job in ["migrate", "sweep", "relay"] {
+        let slack = template("slack");
+        for set in [
+            "DB_DELIVERY_TIMEOUT_MS: '1000'",
+            "DB_CONNECT_TIMEOUT_MS: '1000'",
+            "SPILL_TIMEOUT_MS: '500'",
+        ] {
+            assert!(slack.contains(&format!("\n          {set}\n")), "{set}");
+        }
+        let paddle = template("paddle");
+        assert_eq!(
+            paddle.matches("DB_DELIVERY_TIMEOUT_MS:").count(),
+            1,
+            "Globals' only"
+        );
+        assert!(!paddle.contains("SPILL_TIMEOUT_MS:"));
+    }
+
+    /// The three bounds come together, each a number of milliseconds: one alone, or a value
+    /// that is not one, is named with its key.
+    #[test]
+    fn a_deploy_table_s_bounds_are_all_three_numbers() {
+        let base = [
+            ("name", "X"),
+            ("label", "X"),
+            ("retries", "X retries"),
+            ("secret", "X's secret"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut deploy = base.to_vec();
+            deploy.extend_from_slice(extra);
+            deadline(&crate_with(&[], &deploy))
+        };
+        assert_eq!(with(&[]), Ok(false));
+        let all = [
+            ("delivery_timeout_ms", "1000"),
+            ("connect_timeout_ms", "1000"),
+            ("spill_timeout_ms", "500"),
+        ];
+        assert_eq!(with(&all), Ok(true));
+        let alone = with(&all[..1]).expect_err("one of three");
+        assert!(
+            alone.ends_with(
+                "sets delivery_timeout_ms but not connect_timeout_ms: the three bounds fit the \
+                 sender's answer window together"
+            ),
+            "{alone}"
+        );
+        for bad in ["0", "1s", "", "-5"] {
+            let error = with(&[all[0], all[1], ("spill_timeout_ms", bad)]).expect_err(bad);
             assert!(
-                text.contains(&format!("Binary: paddle-{job}\n")),
-                "its {job}"
-            );
-        }
-        for claimonce in ["migrate", "retention-sweep", "outbox-relay"] {
-            assert!(
-                !text.contains(&format!("Binary: {claimonce}\n")),
-                "{claimonce}"
-            );
-        }
-        for other in ["GitHub", "Stripe", "Resend", "%%"] {
-            assert!(!text.contains(&format!("{other}Recover")), "{other}");
-        }
-        assert!(!text.contains("%%"), "every placeholder filled");
-        for (path, text) in &outputs {
-            assert_eq!(
-                read(path).expect("committed"),
-                *text,
-                "run the renderer for paddle"
+                error.contains(&format!("spill_timeout_ms = {bad:?}")),
+                "{error}"
             );
         }
     }
@@ -912,6 +1042,7 @@ mod tests {
             retention: false,
             eventbridge: false,
             api,
+            deadline: false,
             manifest: format!("{provider}/Cargo.toml"),
         }
     }
@@ -1007,6 +1138,7 @@ mod tests {
             retention: false,
             eventbridge: false,
             api: false,
+            deadline: false,
             manifest: "x/Cargo.toml".into(),
         };
         assert_eq!(

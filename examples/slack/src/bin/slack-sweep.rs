@@ -1,0 +1,7 @@
+//! This deployment's retention sweep (daily): claimonce's, a binary of this workspace because
+//! `sam build` (cargo-lambda) builds only a workspace's own binaries.
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    retention_sweep::run_from_env().await
+}
