@@ -780,7 +780,10 @@ fn sam_env(project: &Path, providers: &[Values]) -> Result<String, String> {
                 source.to_owned(),
             ));
             env.push(("EVENT_QUEUE_URL".into(), queue.clone()));
-            env.push(("EVENT_DEAD_LETTER_QUEUE_URL".into(), format!("{queue}-dead")));
+            env.push((
+                "EVENT_DEAD_LETTER_QUEUE_URL".into(),
+                format!("{queue}-dead"),
+            ));
         }
         objects.push((
             format!("{}Function", p.get("Name").unwrap_or_default()),

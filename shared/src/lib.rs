@@ -156,7 +156,7 @@ pub mod secrets;
 #[cfg(feature = "sender-api")]
 pub mod sender_api;
 pub mod spill;
-pub mod sqs_body;
+pub mod sqs;
 pub mod timestamp;
 pub mod verify;
 

@@ -104,7 +104,10 @@ impl OutboxRow {
             .text()
             .is_some_and(|text| !claimonce::sqs::body::is_text(text.as_bytes()))
         {
-            attributes.push((claimonce::sqs::body::ENCODING_ATTRIBUTE, "base64".to_owned()));
+            attributes.push((
+                claimonce::sqs::body::ENCODING_ATTRIBUTE,
+                "base64".to_owned(),
+            ));
         }
         attributes
     }
