@@ -128,12 +128,23 @@ fn read(rows: &[tokio_postgres::Row], has_effect: bool) -> Finished {
     }
 }
 
-/// A Rust effect, called with the claim's transaction once the claim is won.
+/// A Rust effect, called with the claim's transaction once the claim is won: a provider's
+/// [`RustEffect`](crate::effect::RustEffect), boxed so that the claim's transaction can run
+/// any.
 pub(crate) trait Apply: Send + Sync {
     fn apply<'t>(
         &'t self,
         tx: &'t crate::effect::Tx<'t>,
     ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>>;
+}
+
+impl<R: crate::effect::RustEffect> Apply for R {
+    fn apply<'t>(
+        &'t self,
+        tx: &'t crate::effect::Tx<'t>,
+    ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>> {
+        Box::pin(crate::effect::RustEffect::apply(self, tx))
+    }
 }
 
 /// A delivery's claim and effect, as work on the environment's connection

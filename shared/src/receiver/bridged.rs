@@ -35,22 +35,16 @@ impl<P: Provider> Receiver<P> {
                 "this provider takes no EventBridge events".to_owned(),
             )),
             Some(unwrapped) => unwrapped
-                .and_then(|u| self.parse_unverified(u.body.as_bytes(), &u.headers))
+                .and_then(|u| {
+                    self.admit_event(u.body.as_bytes(), &u.headers, super::admit::Proof::Origin)
+                })
                 .map_err(Outcome::unparsed),
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
             Ok((parsed, sha)) => match self.complete_within(parsed, sha, deadline).await {
                 Err(outcome) => outcome,
-                Ok((parsed, _)) => {
-                    let event_type = parsed.event_type.clone();
-                    let delivery_id = parsed.delivery_id.clone();
-                    Outcome {
-                        event_type: Some(event_type),
-                        delivery_id,
-                        ..self.settle_queued(parsed, None, unavailable).await
-                    }
-                }
+                Ok((parsed, _)) => self.settle_queued(parsed, None, unavailable).await,
             },
         };
         (outcome, Some(envelope.id))

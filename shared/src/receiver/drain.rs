@@ -187,12 +187,14 @@ impl<P: Provider> Receiver<P> {
             let why = format!("not tried: the database is unavailable ({reason})");
             return Outcome {
                 event_id: Some(parsed.event_id),
+                event_type: Some(parsed.event_type),
+                delivery_id: parsed.delivery_id,
                 waits_for_database: true,
                 ..Outcome::failed(why)
             };
         }
         let settled = self.settle(&parsed, payload_sha256).await;
-        let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+        let (outcome, cause) = Outcome::settled(parsed, settled);
         *unavailable = cause;
         outcome
     }
@@ -222,7 +224,9 @@ impl<P: Provider> Receiver<P> {
             )));
         }
         let reparsed = self
-            .with_fresh_secrets(|| self.reparse(&restored.body, &restored.headers))
+            .with_fresh_secrets(|| {
+                self.admit_event(&restored.body, &restored.headers, admit::Proof::Spilled)
+            })
             .await;
         let (parsed, sha) = reparsed.map_err(|r| match r.problem {
             Problem::InvalidPayload | Problem::UnreadableBody => unreadable(format!(
@@ -236,32 +240,5 @@ impl<P: Provider> Receiver<P> {
             payload_sha256: sha,
             received_at: restored.received_at,
         })
-    }
-
-    /// A spilled delivery's signature checked without the webhook's tolerance but within the
-    /// age no spilled message can pass ([`crate::spill::SPILLED_SIGNATURE_MAX_AGE`]), then the
-    /// provider's parser on what it proved.
-    fn reparse(
-        &self,
-        body: &[u8],
-        headers: &http::HeaderMap,
-    ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
-        let provider = self.provider();
-        let verified = provider
-            .verifier()
-            .ok_or_else(super::takes_no_webhooks)?
-            .authenticate(headers, body)?;
-        if verified.signed_at.is_some_and(|at| {
-            unix_now().saturating_sub(at) > crate::spill::SPILLED_SIGNATURE_MAX_AGE
-        }) {
-            return Err(Rejection::new(
-                Problem::StaleTimestamp,
-                "the signature is older than any spilled message can be (the spill queues' \
-                 14 days and the largest tolerance)",
-            ));
-        }
-        let signed = Signed::new(body, verified);
-        let parsed = provider.parse(&signed, &Unsigned::new(headers))?;
-        Ok((parsed, *signed.sha256()))
     }
 }

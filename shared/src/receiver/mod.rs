@@ -7,6 +7,7 @@ use lambda_http::http::Method;
 use lambda_http::{Body, Request, Response};
 use serde_json::Map;
 
+mod admit;
 mod bridged;
 mod drain;
 mod environment;
@@ -20,7 +21,6 @@ use self::secrets::Refresh;
 
 use crate::config::{self, ConfigError};
 use crate::db::Database;
-use crate::effect::RustEffect;
 use crate::ids::EventId;
 use crate::log::{Level, Log};
 use crate::metrics;
@@ -201,14 +201,11 @@ impl<P: Provider> Receiver<P> {
                 "the body is larger than this receiver accepts",
             ));
         }
-        let provider = self.provider();
-        let verifier = provider.verifier().ok_or_else(takes_no_webhooks)?;
-        let signed = Signed::new(body, verifier.verify(request.headers(), body, now)?);
         // The headers the scheme and the parser read are kept only for a spill queue's
         // message, which the drain verifies and parses again.
         let read = std::cell::RefCell::new(Vec::new());
-        let unsigned = match self.spill {
-            Some(_) => {
+        let unsigned = match (&self.spill, self.provider().verifier()) {
+            (Some(_), Some(verifier)) => {
                 let signature = verifier.signature_headers().iter().filter_map(|name| {
                     let value = crate::verify::one_header(request.headers(), name).ok()??;
                     Some(((*name).to_owned(), value.to_owned()))
@@ -216,17 +213,17 @@ impl<P: Provider> Receiver<P> {
                 read.borrow_mut().extend(signature);
                 Unsigned::noting(request.headers(), &read)
             }
-            None => Unsigned::new(request.headers()),
+            _ => Unsigned::new(request.headers()),
         };
-        if let Some(answer) = provider.handshake(&signed, &unsigned) {
-            return answer.map(Admission::Handshake);
-        }
-        let parsed = provider.parse(&signed, &unsigned)?;
-        Ok(Admission::Delivery(Admitted {
-            parsed,
-            payload_sha256: *signed.sha256(),
-            read_headers: read.into_inner(),
-        }))
+        let admission =
+            self.admit_bytes(body, request.headers(), &unsigned, admit::Proof::Webhook { now })?;
+        Ok(match admission {
+            Admission::Delivery(admitted) => Admission::Delivery(Admitted {
+                read_headers: read.into_inner(),
+                ..admitted
+            }),
+            handshake => handshake,
+        })
     }
 
     async fn deliver(&self, request: &Request) -> Outcome {
@@ -346,7 +343,7 @@ impl<P: Provider> Receiver<P> {
             .database
             .run(&crate::pipeline::Settle {
                 claim: &claim,
-                plan: provider.plan(parsed).map_rust(Applier),
+                plan: provider.plan(parsed),
             })
             .await;
         self.report_reconnects(&parsed.event_id);
@@ -396,18 +393,6 @@ pub struct Admitted<E> {
     /// The signature headers, and the unsigned headers the parser read and found: what a
     /// spilled copy carries.
     read_headers: Vec<(String, String)>,
-}
-
-/// One delivery's Rust effect, as the claim layer runs it.
-struct Applier<R>(R);
-
-impl<R: RustEffect> crate::pipeline::Apply for Applier<R> {
-    fn apply<'t>(
-        &'t self,
-        tx: &'t crate::effect::Tx<'t>,
-    ) -> futures_util::future::BoxFuture<'t, Result<(), crate::effect::EffectError>> {
-        Box::pin(self.0.apply(tx))
-    }
 }
 
 use crate::timestamp::unix_now;

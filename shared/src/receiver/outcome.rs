@@ -60,11 +60,11 @@ impl Outcome {
         }
     }
 
-    /// A parsed event's outcome, named by its id alone (the `drained` and `recovered` lines
-    /// carry no type or delivery id): the disposition it settled with, or the failure's
-    /// summary. With the failure's cause when it was the database being unavailable.
-    pub(crate) fn settled(
-        event_id: EventId,
+    /// A parsed event's outcome, named by its id, type and delivery id: the disposition it
+    /// settled with, or the failure's summary. With the failure's cause when it was the
+    /// database being unavailable.
+    pub(crate) fn settled<E>(
+        parsed: crate::provider::Parsed<E>,
         settled: Result<Disposition, crate::db::DeliveryError>,
     ) -> (Self, Option<&'static str>) {
         let (disposition, error, unavailable) = match settled {
@@ -72,9 +72,9 @@ impl Outcome {
             Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
         };
         let outcome = Self {
-            event_id: Some(event_id),
-            event_type: None,
-            delivery_id: None,
+            event_id: Some(parsed.event_id),
+            event_type: Some(parsed.event_type),
+            delivery_id: parsed.delivery_id,
             disposition,
             error,
             waits_for_database: unavailable.is_some(),

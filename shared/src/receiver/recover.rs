@@ -18,19 +18,6 @@ pub struct Recovered {
 }
 
 impl<P: Provider> Receiver<P> {
-    /// The provider's parser on an event that arrived with no signature to check (read from
-    /// its sender's API, or through EventBridge), with the headers its way of arriving gives.
-    /// The body's SHA-256 with it.
-    pub(super) fn parse_unverified(
-        &self,
-        body: &[u8],
-        headers: &http::HeaderMap,
-    ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
-        let signed = Signed::new(body, crate::verify::Verified::default());
-        let parsed = self.provider().parse(&signed, &Unsigned::new(headers))?;
-        Ok((parsed, *signed.sha256()))
-    }
-
     /// Applies an event read from its sender's own API (a recover function's: Stripe's
     /// `GET /v1/events`) through the same claim and effect as its webhook. `body` is the
     /// event's JSON as the API returned it, parsed by the provider's parser with no headers;
@@ -42,7 +29,7 @@ impl<P: Provider> Receiver<P> {
     pub async fn recover(&self, body: &[u8]) -> Recovered {
         let started = Instant::now();
         let mut unavailable = None;
-        let outcome = match self.parse_unverified(body, &http::HeaderMap::new()) {
+        let outcome = match self.admit_event(body, &http::HeaderMap::new(), admit::Proof::Origin) {
             Err(r) => Outcome::unparsed(r),
             // Completed as a webhook's would be (a thin event from its sender's API), so no
             // way of arriving claims an event its effect cannot read.
@@ -50,7 +37,7 @@ impl<P: Provider> Receiver<P> {
                 Err(outcome) => outcome,
                 Ok((parsed, _)) => {
                     let settled = self.settle(&parsed, None).await;
-                    let (outcome, cause) = Outcome::settled(parsed.event_id, settled);
+                    let (outcome, cause) = Outcome::settled(parsed, settled);
                     unavailable = cause;
                     outcome
                 }
