@@ -57,11 +57,10 @@ where
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Value>| {
-            crate::log::begin(&event.context);
-            job(
-                Budget::before_deadline(event.context.deadline(), margin),
-                event.payload,
-            )
+            let budget = Budget::before_deadline(event.context.deadline(), margin);
+            let context = event.context;
+            let job = job(budget, event.payload);
+            async move { crate::log::within(&context, job).await }
         },
     ))
     .await

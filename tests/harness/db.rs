@@ -352,8 +352,19 @@ pub fn receiver_at<P: Provider>(url: &str, provider: P) -> (Receiver<P>, Capture
 /// A receiver for `provider` on connection `settings` (TLS, IAM, a secret, its own bounds),
 /// logging into memory: one Lambda execution environment as a function's `main` wires it.
 pub fn receiver_with<P: Provider>(settings: Settings, provider: P) -> (Receiver<P>, Captured) {
+    pooled_receiver(settings, provider, 1)
+}
+
+/// [`receiver_with`] holding up to `connections` connections: one execution environment
+/// serving that many deliveries at once (Lambda Managed Instances).
+pub fn pooled_receiver<P: Provider>(
+    settings: Settings,
+    provider: P,
+    connections: usize,
+) -> (Receiver<P>, Captured) {
     let (log, lines) = Log::capture();
-    let receiver = Receiver::new(provider, Database::new(settings), Limits::default(), log);
+    let database = Database::new(settings).with_connections(connections);
+    let receiver = Receiver::new(provider, database, Limits::default(), log);
     (receiver, lines)
 }
 
@@ -367,11 +378,31 @@ where
     Fut: std::future::Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(environments.len()));
-    let mut tasks = Vec::with_capacity(environments.len());
+    let mut shared = Vec::with_capacity(environments.len());
     for environment in environments {
         environment.warm_up().await;
-        let delivery = deliver(std::sync::Arc::new(environment));
+        shared.push(std::sync::Arc::new(environment));
+    }
+    released_together(shared, deliver).await
+}
+
+/// Runs `deliver` once per item of `workers`, all released together, and returns the results
+/// in order: each its own environment ([`all_at_once`]), or the same one many times, as
+/// several invocations at once in one environment of Lambda Managed Instances.
+pub async fn released_together<P, F, Fut, T>(
+    workers: Vec<std::sync::Arc<Receiver<P>>>,
+    deliver: F,
+) -> Vec<T>
+where
+    P: Provider,
+    F: Fn(std::sync::Arc<Receiver<P>>) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(workers.len()));
+    let mut tasks = Vec::with_capacity(workers.len());
+    for environment in workers {
+        let delivery = deliver(environment);
         let barrier = std::sync::Arc::clone(&barrier);
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;

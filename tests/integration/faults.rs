@@ -15,7 +15,7 @@ use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{outcome, payload_outcome, post_stripe, v2_event};
-use claimonce_tests::db::{all_at_once, receiver_with};
+use claimonce_tests::db::{pooled_receiver, receiver_with, released_together};
 use claimonce_tests::faults::{XorShift, at_the_gate};
 use claimonce_tests::lambda::{binaries, function};
 use claimonce_tests::sign::{checkout_completed, invoice_paid, now, stripe};
@@ -421,8 +421,72 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000_u64);
-    let environments = 32;
     let db = TestDb::new().await;
+    let mut environments = Vec::new();
+    for _ in 0..32 {
+        let environment = db.receiver(stripe()).0;
+        environment.warm_up().await;
+        environments.push(Arc::new(environment));
+    }
+    storm(&db, events, environments).await;
+}
+
+/// The storm through one execution environment serving 32 deliveries at once on at most 8
+/// connections of its own (Lambda Managed Instances): every event exactly once, and the
+/// environment never held more than its 8 connections (counted on the server, so straight to
+/// it in the pooled pass too, where PgBouncer would hold the connections instead).
+#[tokio::test]
+async fn a_storm_through_one_concurrent_environment_applies_every_event_exactly_once() {
+    let events = std::env::var("CLAIMONCE_STORM_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_u64)
+        / 4;
+    let db = TestDb::new().await;
+    let url = claimonce_tests::roles::url_as(
+        db.direct_url("counts the environment's own connections on the server"),
+        &claimonce_tests::roles::login_name(&db.name, "stripe"),
+    );
+    let settings = Settings::from_url(&url, None, claimonce_tests::db::test_timeouts())
+        .expect("valid test URL");
+    let (environment, _) = pooled_receiver(settings, stripe(), 8);
+    environment.warm_up().await;
+    let environment = Arc::new(environment);
+    let peak = Arc::new(AtomicU64::new(0));
+    let watching = {
+        let (admin, peak) = (db.client().await, Arc::clone(&peak));
+        let login = claimonce_tests::roles::login_name(&db.name, "stripe");
+        tokio::spawn(async move {
+            loop {
+                let Ok(row) = admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE usename = $1",
+                        &[&login],
+                    )
+                    .await
+                else {
+                    break;
+                };
+                let now = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+                peak.fetch_max(now, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    storm(&db, events, vec![environment; 32]).await;
+    watching.abort();
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(peak <= 8, "at most 8 connections, saw {peak}");
+    assert!(
+        peak >= 2,
+        "the deliveries ran at once, on {peak} connections"
+    );
+}
+
+/// `events` events, each delivered 1 to 4 times, about 5% failing their first commit, through
+/// `workers` (one task each, all released together): each applied exactly once in the end.
+async fn storm(db: &TestDb, events: u64, workers: Vec<Arc<Receiver<Stripe>>>) {
+    let environments = workers.len();
     // About 5% of events, chosen by a seeded generator, fail their first commit (as a deadlock
     // or a failover would): a deferred trigger raises at commit, after the claim and the whole
     // effect ran, for an event listed in `storm_failures`. The test takes the event off the
@@ -502,8 +566,7 @@ async fn a_storm_of_duplicates_and_failures_applies_every_event_exactly_once() {
         AtomicU64::new(0),
     ]);
     let started = Instant::now();
-    let receivers = (0..environments).map(|_| db.receiver(stripe()).0).collect();
-    all_at_once(receivers, |r| {
+    released_together(workers, |r| {
         let (queue, bodies, counts, failed, admin) = (
             Arc::clone(&queue),
             Arc::clone(&bodies),

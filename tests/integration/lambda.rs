@@ -247,6 +247,31 @@ async fn a_binary_without_its_secret_stops_at_start_naming_the_variable() {
     }
 }
 
+/// An environment may hold at most one connection per invocation it serves at once: more is a
+/// startup error naming the variable, as is a concurrency that is not a number.
+#[tokio::test]
+async fn more_connections_than_invocations_at_once_stop_the_binary_at_start() {
+    let f = function("stripe");
+    for (concurrency, connections, named) in [
+        ("4", "5", "DB_MAX_CONNECTIONS"),
+        ("4", "0", "DB_MAX_CONNECTIONS"),
+        ("eight", "1", "AWS_LAMBDA_MAX_CONCURRENCY"),
+    ] {
+        let all = start_error(
+            f.binary,
+            &[
+                UNREACHABLE_DATABASE,
+                (f.secret_var, f.dev_secret),
+                ("AWS_LAMBDA_MAX_CONCURRENCY", concurrency),
+                ("DB_MAX_CONNECTIONS", connections),
+            ],
+            &[],
+        )
+        .await;
+        assert!(all.contains(&format!("{named} must be")), "{all}");
+    }
+}
+
 #[tokio::test]
 async fn windows_that_disagree_stop_the_binaries_at_start_naming_the_variable() {
     // Stripe keeps events for 30 days and an operator may resend any of them: a ledger that

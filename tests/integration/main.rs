@@ -1,6 +1,7 @@
 //! The integration suite: one binary, a module per feature.
 
 mod boundary;
+mod concurrent;
 mod connection;
 mod docs;
 mod eventbridge;

@@ -142,10 +142,10 @@ pub async fn run_from_env_with(
         .with_version(claimonce::config::optional("AWS_LAMBDA_FUNCTION_VERSION"));
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        claimonce::log::begin(&event.context);
         let deadline = work_deadline(event.context.deadline);
-        migrator
-            .handle_until(&event.payload, Some(deadline))
+        // Boxed: the migrator's future is deep, and within's scope would nest it once more.
+        let handled = Box::pin(migrator.handle_until(&event.payload, Some(deadline)));
+        claimonce::log::within(&event.context, handled)
             .await
             .map_err(lambda_runtime::Error::from)
     }))

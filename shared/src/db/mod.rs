@@ -1,6 +1,7 @@
-//! The database connection: settings from the environment, verified TLS through rustls, one
-//! connection per execution environment that is reused and re-made when found closed, and a
-//! bound on every wait. It runs a delivery's [`Work`] with its deadline, reconnect and cancel,
+//! The database connections: settings from the environment, verified TLS through rustls, at
+//! most one connection per delivery in flight in the execution environment (one, classically;
+//! up to [`Database::with_connections`] on Lambda Managed Instances), each reused and re-made
+//! when found closed, and a bound on every wait. It runs a delivery's [`Work`] with its deadline, reconnect and cancel,
 //! and knows nothing of claims: what the work sends is the claim layer's
 //! ([`crate::pipeline`]).
 
@@ -10,7 +11,6 @@ mod tls;
 
 use std::sync::{Arc, PoisonError};
 
-use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
 pub use self::error::{ConnectError, DeliveryError};
@@ -258,12 +258,18 @@ pub struct StatementBound {
 const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM pg_settings \
                                WHERE name = 'statement_timeout'";
 
-/// One execution environment's connection: made at cold start, reused by every invocation,
-/// replaced when it is found closed.
+/// One execution environment's connections: the first made at cold start, each reused by one
+/// delivery at a time and replaced when it is found closed. A delivery holds a connection of
+/// its own from its first statement to its last: no other delivery's statement or transaction
+/// shares it, so a cancel at its deadline, or a connection discarded with a transaction
+/// possibly open, touches that delivery alone (docs/decisions/0048).
 #[derive(Debug)]
 pub struct Database {
     settings: Settings,
-    connection: Mutex<Option<Connection>>,
+    /// The connections not in use (`None`: a slot whose connection is yet to be made).
+    idle: std::sync::Mutex<Vec<Option<Connection>>>,
+    /// One permit per slot: a delivery waits for one within its deadline.
+    slots: tokio::sync::Semaphore,
     /// Connections made by deliveries (the one made at cold start is not counted): each one
     /// replaced a connection found closed or lost.
     reconnects: std::sync::atomic::AtomicU64,
@@ -274,9 +280,51 @@ impl Database {
     pub fn new(settings: Settings) -> Self {
         Self {
             settings,
-            connection: Mutex::new(None),
+            idle: std::sync::Mutex::new(vec![None]),
+            slots: tokio::sync::Semaphore::new(1),
             reconnects: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// With `connections` slots (at least one): as many deliveries at once, each on a
+    /// connection of its own, made when first needed.
+    pub fn with_connections(self, connections: usize) -> Self {
+        let size = connections.max(1);
+        Self {
+            idle: std::sync::Mutex::new((0..size).map(|_| None).collect()),
+            slots: tokio::sync::Semaphore::new(size),
+            ..self
+        }
+    }
+
+    /// A slot's connection (or `None`, to be made), waiting for a free slot until `deadline`.
+    async fn acquire(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Option<(tokio::sync::SemaphorePermit<'_>, Option<Connection>)> {
+        let permit = tokio::time::timeout_at(deadline, self.slots.acquire())
+            .await
+            .ok()?
+            .ok()?;
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // An open connection first, so that slots are re-made only when none is.
+        let open = idle
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
+            .unwrap_or(0);
+        // None left (a delivery's future dropped with its slot): a slot to be made.
+        let slot = (open < idle.len())
+            .then(|| idle.swap_remove(open))
+            .flatten();
+        Some((permit, slot))
+    }
+
+    /// Gives a slot back: its connection, or `None` when it was discarded.
+    fn release(&self, slot: Option<Connection>) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot);
     }
 
     /// The bounds on its waits.
@@ -295,11 +343,22 @@ impl Database {
     /// login's [`StatementBound`] on the new connection (one statement; `None` when it could
     /// not be read). A connect failure is returned for logging; the next delivery tries again.
     pub async fn warm_up(&self) -> Result<Option<StatementBound>, ConnectError> {
-        let mut slot = self.connection.lock().await;
+        let far = tokio::time::Instant::now() + self.settings.timeouts().connect;
+        let Some((_permit, mut slot)) = self.acquire(far).await else {
+            return Ok(None);
+        };
         if slot.as_ref().is_some_and(|c| !c.is_closed()) {
+            self.release(slot);
             return Ok(None);
         }
-        let connection = slot.insert(self.settings.open().await?);
+        let opened = match self.settings.open().await {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.release(None);
+                return Err(e);
+            }
+        };
+        let connection = slot.insert(opened);
         let read = tokio::time::timeout(
             self.settings.timeouts().delivery,
             connection.query_typed(STATEMENT_BOUND, &[]),
@@ -317,6 +376,7 @@ impl Database {
             }),
             _ => None,
         };
+        self.release(slot);
         Ok(bound)
     }
 
@@ -330,12 +390,28 @@ impl Database {
     /// connection closed; so is a connection the work reports it may have left in a
     /// transaction ([`Attempted::reusable`]).
     pub(crate) async fn run<W: Work>(&self, work: &W) -> Result<W::Output, DeliveryError> {
-        let mut slot = self.connection.lock().await;
         let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
+        // A free slot, within the delivery's own deadline: with more deliveries in flight
+        // than slots, one waits for another to finish.
+        let Some((_permit, mut slot)) = self.acquire(deadline).await else {
+            return Err(DeliveryError::TimedOut);
+        };
+        let finished = self.run_on(&mut slot, work, deadline).await;
+        self.release(slot);
+        finished
+    }
+
+    /// [`Database::run`] on the slot it holds.
+    async fn run_on<W: Work>(
+        &self,
+        slot: &mut Option<Connection>,
+        work: &W,
+        deadline: tokio::time::Instant,
+    ) -> Result<W::Output, DeliveryError> {
         // The cancel key of the connection a statement is in flight on, while it is.
         let in_flight = std::sync::Mutex::new(None);
         let answered = {
-            let attempts = self.attempts(&mut slot, work, deadline, &in_flight);
+            let attempts = self.attempts(slot, work, deadline, &in_flight);
             tokio::pin!(attempts);
             let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
                 Ok(outcome) => return outcome,

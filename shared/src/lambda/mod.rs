@@ -160,6 +160,73 @@ pub enum Answer {
     Batch(crate::sqs::BatchResponse),
 }
 
+/// How many invocations one execution environment serves at once, and how many database
+/// connections it may hold for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Concurrency {
+    /// Invocations at once: `AWS_LAMBDA_MAX_CONCURRENCY`, which Lambda sets on Managed
+    /// Instances (`PerExecutionEnvironmentMaxConcurrency`); unset, one, as on classic Lambda.
+    pub invocations: usize,
+    /// Database connections at most: `DB_MAX_CONNECTIONS`, by default one per invocation at
+    /// once, and never more (docs/decisions/0048).
+    pub connections: usize,
+}
+
+impl Concurrency {
+    /// One invocation at a time, on one connection: classic Lambda.
+    pub const CLASSIC: Self = Self {
+        invocations: 1,
+        connections: 1,
+    };
+
+    /// From `AWS_LAMBDA_MAX_CONCURRENCY` and `DB_MAX_CONNECTIONS`; an error names the
+    /// variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let invocations = crate::config::number("AWS_LAMBDA_MAX_CONCURRENCY", 1)?.max(1);
+        let connections = crate::config::number("DB_MAX_CONNECTIONS", invocations)?;
+        if connections == 0 || connections > invocations {
+            return Err(ConfigError::new(format!(
+                "DB_MAX_CONNECTIONS must be from 1 to the invocations served at once \
+                 ({invocations}, AWS_LAMBDA_MAX_CONCURRENCY)"
+            )));
+        }
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Ok(Self {
+            invocations: size(invocations),
+            connections: size(connections),
+        })
+    }
+}
+
+/// Set once the first invocation has checked the login's statement bound against the
+/// function's timeout.
+static BOUND_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl<P: Provider> Receiver<P> {
+    /// One invocation as the Runtime API handed it over: its log lines name it, its batch
+    /// stops taking records before its deadline, and the process's first checks the login's
+    /// statement bound against the function's timeout.
+    async fn invoke(&self, event: LambdaEvent<Invocation>) -> Answer {
+        let started = Instant::now();
+        let LambdaEvent { payload, context } = event;
+        crate::log::within(&context, async {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let left = std::time::Duration::from_millis(context.deadline.saturating_sub(now_ms));
+            if !BOUND_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                // The first invocation's time left is the function's timeout, which Lambda
+                // puts in no variable.
+                self.check_statement_bound(left);
+            }
+            // The invocation's deadline, for a batch to stop taking records before it.
+            let deadline = tokio::time::Instant::now() + left;
+            self.answer(started, payload.0, Some(deadline)).await
+        })
+        .await
+    }
+}
+
 /// Runs a receiver as a Lambda function: connect at cold start, then answer every
 /// invocation, one at a time, with the same connection.
 ///
@@ -171,38 +238,46 @@ pub enum Answer {
 /// reads as a failed invocation; Lambda would start a new environment either way, whatever
 /// the exit status.
 pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
+    serve_with(receiver, Concurrency::CLASSIC).await
+}
+
+/// [`serve`] with `concurrency`: more than one invocation at once is Lambda Managed
+/// Instances' mode, through `lambda_runtime`'s concurrent runtime (one polling task per
+/// invocation at once, all on this process's runtime), each delivery on a connection of its
+/// own ([`Database`]).
+pub async fn serve_with<P: Provider>(
+    receiver: Receiver<P>,
+    concurrency: Concurrency,
+) -> Result<(), lambda_runtime::Error> {
     receiver.warm_up().await;
-    let served = std::sync::atomic::AtomicU64::new(0);
-    let (receiver, counter) = (&receiver, &served);
-    let ended = lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<Invocation>| async move {
-            let started = Instant::now();
-            crate::log::begin(&event.context);
-            if counter.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-                // The first invocation's time left is the function's timeout, which Lambda
-                // puts in no variable.
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                receiver.check_statement_bound(std::time::Duration::from_millis(
-                    event.context.deadline.saturating_sub(now_ms),
-                ));
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ended = if concurrency.invocations > 1 {
+        let receiver = std::sync::Arc::new(receiver);
+        let counter = std::sync::Arc::clone(&served);
+        lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Invocation>| {
+            let (receiver, counter) = (
+                std::sync::Arc::clone(&receiver),
+                std::sync::Arc::clone(&counter),
+            );
+            async move {
+                let answer = receiver.invoke(event).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok::<_, lambda_runtime::Error>(answer)
             }
-            // The invocation's deadline, for a batch to stop taking records before it.
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            let deadline = tokio::time::Instant::now()
-                + std::time::Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
-            let payload = receiver
-                .answer(started, event.payload.0, Some(deadline))
-                .await;
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Ok::<_, lambda_runtime::Error>(payload)
-        },
-    ))
-    .await;
-    let served = served.into_inner();
+        }))
+        .await
+    } else {
+        let (receiver, counter) = (&receiver, &*served);
+        lambda_runtime::run(service_fn(
+            move |event: LambdaEvent<Invocation>| async move {
+                let answer = receiver.invoke(event).await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok::<_, lambda_runtime::Error>(answer)
+            },
+        ))
+        .await
+    };
+    let served = served.load(std::sync::atomic::Ordering::Relaxed);
     match ended {
         Err(error) if served > 0 => {
             // The error is the HTTP client's (no request data in it). The receiver's own log
@@ -236,7 +311,8 @@ pub async fn run_from_env<P: Provider>(
         let api = crate::fetch::SenderApi::from_env(&entry).await?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
-        let database = Database::new(settings);
+        let concurrency = Concurrency::from_env()?;
+        let database = Database::new(settings).with_connections(concurrency.connections);
         // No signing secret: a function that takes its sender's events through EventBridge
         // alone, if the provider has such a form; otherwise the secret is required.
         let bridged_only =
@@ -251,18 +327,19 @@ pub async fn run_from_env<P: Provider>(
                     .with_secret_refresh(secrets, build, interval)
             }
         };
-        Ok::<_, ConfigError>(
+        Ok::<_, ConfigError>((
             receiver
                 .with_spill(spill)
                 .with_bridge(bridge)
                 .with_sender_api(api),
-        )
+            concurrency,
+        ))
     }
     .await;
-    let Ok(receiver) = log.config(built) else {
+    let Ok((receiver, concurrency)) = log.config(built) else {
         return std::process::ExitCode::FAILURE;
     };
-    match serve(receiver).await {
+    match serve_with(receiver, concurrency).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The HTTP client's error: no request data in it.

@@ -9,7 +9,7 @@
 //! below `AWS_LAMBDA_LOG_LEVEL` (which Lambda sets from the function's `ApplicationLogLevel`;
 //! `INFO` when unset) is not even built.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -114,35 +114,30 @@ impl Process {
     }
 }
 
-/// The invocation this process is serving. A Lambda execution environment serves one
-/// invocation at a time, so one slot for the process is exact; the Lambda boundary and the
-/// scheduled functions' loop fill it before each invocation ([`begin`]).
-static INVOCATION: Mutex<Invocation> = Mutex::new(Invocation {
-    // Before its first invocation a process is in its init phase, the cold start itself: the
-    // warm-up's "cold start" line says so beside its ColdStart metric.
-    cold_start: true,
-    function_arn: String::new(),
-    function_request_id: String::new(),
-    xray_trace_id: None,
-});
+tokio::task_local! {
+    /// The invocation the running task serves: one per invocation, so that an execution
+    /// environment serving several at once (Lambda Managed Instances) names each line's own.
+    static CURRENT: Invocation;
+}
 
 /// Set once this process has begun its first invocation.
 static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Makes the invocation the Runtime API just handed over (`context`) the one every line
-/// names from now on; the process's first is its cold start.
-pub fn begin(context: &lambda_runtime::Context) {
+/// Runs `serve` as the invocation the Runtime API just handed over (`context`): every line
+/// written while it runs names that invocation; the process's first is its cold start. Lines
+/// written outside any invocation name none, and before the first one say `cold_start`.
+pub async fn within<F: std::future::Future>(
+    context: &lambda_runtime::Context,
+    serve: F,
+) -> F::Output {
     let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
-    set(Invocation {
+    let invocation = Invocation {
         cold_start,
         function_arn: context.invoked_function_arn.clone(),
         function_request_id: context.request_id.clone(),
         xray_trace_id: context.xray_trace_id.clone(),
-    });
-}
-
-fn set(invocation: Invocation) {
-    *INVOCATION.lock().unwrap_or_else(PoisonError::into_inner) = invocation;
+    };
+    CURRENT.scope(invocation, serve).await
 }
 
 /// Where log lines go (stdout in a function, memory in a test), at which level, and what
@@ -253,27 +248,36 @@ impl Log {
         if !self.enabled(level) {
             return;
         }
-        // Serialised under the lock rather than cloned out of it: a process serves one
-        // invocation at a time, so nothing waits, and the line costs no copy of the ids.
-        let line = {
-            let invocation = INVOCATION.lock().unwrap_or_else(PoisonError::into_inner);
+        // Serialised where the invocation is, rather than cloned out of it; `fields` is
+        // written once, by whichever of the two calls below runs.
+        let mut fields = Some(fields);
+        let mut serialize = |invocation: &Invocation| {
+            let fields = fields.take()?;
             // Sized for a delivery line (about 700 bytes with its metrics) so that writing it
             // does not grow the buffer step by step.
             let mut line = Vec::with_capacity(1024);
-            serde_json::to_writer(
+            let written = serde_json::to_writer(
                 &mut line,
                 &Line {
                     timestamp: rfc3339_millis(SystemTime::now()),
                     level: level.as_str(),
                     message,
                     process: &self.process,
-                    invocation: &invocation,
+                    invocation,
                     fields,
                 },
-            )
-            .map(|()| line)
+            );
+            written.ok().map(|()| line)
         };
-        if let Ok(Ok(line)) = line.map(String::from_utf8) {
+        let line = match CURRENT.try_with(|invocation| serialize(invocation)) {
+            Ok(line) => line,
+            // Outside an invocation: before the first, the init phase (the cold start itself).
+            Err(_) => serialize(&Invocation {
+                cold_start: !STARTED.load(std::sync::atomic::Ordering::Relaxed),
+                ..Invocation::default()
+            }),
+        };
+        if let Some(Ok(line)) = line.map(String::from_utf8) {
             (self.sink)(&line);
         }
     }
@@ -321,20 +325,27 @@ mod tests {
         assert_eq!(at(253_402_300_800, 10), "10000-01-01T00:00:00.010Z");
     }
 
-    #[test]
-    fn lines_below_the_level_are_not_written_and_every_line_has_the_common_keys() {
+    #[tokio::test]
+    async fn lines_below_the_level_are_not_written_and_every_line_has_the_common_keys() {
         let (log, lines) = Log::capture();
         let log = log.at(Level::Info);
-        set(Invocation {
+        let invocation = Invocation {
             cold_start: true,
             function_arn: "arn:aws:lambda:us-east-1:1:function:f".into(),
             function_request_id: "req-1".into(),
             xray_trace_id: Some("Root=1-2-3".into()),
-        });
-        log.write(Level::Debug, "hidden", Map::new());
-        log.write(Level::Warn, "shown", serde_json::json!({"k": 1}));
+        };
+        CURRENT
+            .scope(invocation, async {
+                log.write(Level::Debug, "hidden", Map::new());
+                log.write(Level::Warn, "shown", serde_json::json!({"k": 1}));
+            })
+            .await;
+        log.write(Level::Warn, "outside", Map::new());
         let lines = lines.lock().expect("lines");
-        assert_eq!(lines.len(), 1);
+        assert_eq!(lines.len(), 2);
+        let outside: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");
+        assert!(outside.get("function_request_id").is_none(), "{outside}");
         let line: serde_json::Value = serde_json::from_str(&lines[0]).expect("json");
         assert_eq!(line["level"], "WARN");
         assert_eq!(line["message"], "shown");

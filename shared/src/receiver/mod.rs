@@ -215,8 +215,12 @@ impl<P: Provider> Receiver<P> {
             }
             _ => Unsigned::new(request.headers()),
         };
-        let admission =
-            self.admit_bytes(body, request.headers(), &unsigned, admit::Proof::Webhook { now })?;
+        let admission = self.admit_bytes(
+            body,
+            request.headers(),
+            &unsigned,
+            admit::Proof::Webhook { now },
+        )?;
         Ok(match admission {
             Admission::Delivery(admitted) => Admission::Delivery(Admitted {
                 read_headers: read.into_inner(),
