@@ -81,7 +81,8 @@ def findings(template, names):
             # A receiver trusts what it is invoked with (an EventBridge record carries no
             # signature): no role of the stack may invoke one.
             if grants(st, "lambda:InvokeFunction") \
-                    and any(r == "*" or any(f"{n}Function" in json.dumps(r) for n in names)
+                    and any(r == "*" or any(f"{n}{kind}" in json.dumps(r) for n in names
+                                            for kind in ("Function", "ManagedFunction"))
                             for r in listed(st.get("Resource"))):
                 bad.append(f"{name}: {st.get('Sid')}: may invoke a receiver")
     # Every function runs as a role of its own with no managed policy, writing only the log group
@@ -124,7 +125,8 @@ def findings(template, names):
     # Each function that logs in to the database may connect as its own user alone (stripe-recover
     # as the Stripe receiver's, whose claim it applies through); the others, not at all.
     own_user = {"StripeRecover": "StripeDbUser", "Sweep": "SweepDbUser", "Relay": "RelayDbUser",
-                "Migrate": "MigrateDbUser", **{n: f"{n}DbUser" for n in names}}
+                "Migrate": "MigrateDbUser", **{n: f"{n}DbUser" for n in names},
+                **{f"{n}Managed": f"{n}DbUser" for n in names}}
     for fname, fn in out["Resources"].items():
         if fn["Type"] != "AWS::Lambda::Function" or not fname.endswith("Function"):
             continue

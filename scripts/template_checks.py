@@ -1,7 +1,8 @@
 """What CloudFormation, RDS and EC2 would refuse or do differently from what the templates mean,
 checked offline: each check names the AWS fact it holds (cited in
-docs/decisions/0043-a-first-deploy-aws-accepts.md) and returns its findings, empty when the
-templates agree with it.
+docs/decisions/0043-a-first-deploy-aws-accepts.md, and for Lambda Managed Instances in
+docs/decisions/0047-managed-instances-are-a-second-function-per-receiver.md) and returns its
+findings, empty when the templates agree with it.
 
 Run by scripts/check-template with cfn-lint's Python (its YAML loader reads the short forms):
 
@@ -167,6 +168,54 @@ def dead_letter_queues_take_what_their_sources_hold(template):
     return bad
 
 
+def managed_functions_as_lambda_takes_them(template):
+    """A function's compute type is fixed when it is created (SAM: CapacityProviderConfig
+    "can't be added or removed after the function resource has been created"), so a function on
+    Lambda Managed Instances is a resource of its own, never an Fn::If away from a classic one,
+    and exists only where its capacity provider does. It takes its network from the capacity
+    provider (SAM refuses a VpcConfig beside it, the Globals' included) and has at least 2 GB,
+    the smallest function Lambda runs there."""
+    resources = template.get("Resources", {})
+    conditions = template.get("Conditions", {})
+    defaults = template.get("Globals", {}).get("Function", {})
+    bad = []
+
+    def implies(condition, wanted):
+        if wanted is None or condition == wanted:
+            return True
+        body = conditions.get(condition, {})
+        terms = body.get("Fn::And", []) if isinstance(body, dict) else []
+        return any(t == {"Condition": wanted} or implies(t.get("Condition"), wanted)
+                   for t in terms if isinstance(t, dict))
+
+    for name, body in resources.items():
+        props = body.get("Properties", {})
+        config = props.get("CapacityProviderConfig")
+        if body.get("Type") != "AWS::Serverless::Function" or config is None:
+            continue
+        if not isinstance(config, dict) or "Arn" not in config:
+            bad.append(f"{name}: CapacityProviderConfig is not a capacity provider's Arn (an Fn::If?), "
+                       "but the compute type is fixed when the function is created")
+            continue
+        arn = json.dumps(config["Arn"])
+        named = [p for p, b in resources.items()
+                 if b.get("Type") == "AWS::Serverless::CapacityProvider"
+                 and any(f in arn for f in (f'"{p}"', f'"{p}.Arn"', "${" + p + "}"))]
+        for provider in named:
+            if not implies(body.get("Condition"), resources[provider].get("Condition")):
+                bad.append(f"{name}: exists where {provider} may not (its Condition does not imply "
+                           f"{resources[provider].get('Condition')})")
+        if not named:
+            bad.append(f"{name}: its capacity provider is not one of the template's")
+        if "VpcConfig" in props or "VpcConfig" in defaults:
+            bad.append(f"{name}: a VpcConfig ({'its own' if 'VpcConfig' in props else 'the Globals'}) "
+                       "beside CapacityProviderConfig")
+        memory = props.get("MemorySize", defaults.get("MemorySize", 128))
+        if not isinstance(memory, int) or memory < 2048:
+            bad.append(f"{name}: MemorySize {memory}, below the 2 GB Lambda Managed Instances start at")
+    return bad
+
+
 def name_length(value, stack_length):
     """The longest a name may be, with the stack's name stack_length long; None when it is not
     built from the stack's name."""
@@ -258,6 +307,7 @@ def check(quickstart, main, load, texts, stated):
         "names fit their limits, nested": names_fit(quickstart, load, stated),
         "dead-letter queues take what their sources hold": dead_letter_queues_take_what_their_sources_hold(main),
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(texts),
+        "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(main),
     }
 
 
@@ -276,6 +326,7 @@ def fixtures(folder):
         "dead-letter queues take what their sources hold": dead_letter_queues_take_what_their_sources_hold(load("queues.yaml")),
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(
             {p: open(p).read() for p in sorted(glob.glob(os.path.join(folder, "*.md")))}),
+        "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(load("managed.yaml")),
     }
 
 
