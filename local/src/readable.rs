@@ -1,7 +1,9 @@
 //! The local run's log, for reading in a terminal: one short line per delivery (time,
 //! provider, event id, disposition, status, latency, and the problem or error when there is
-//! one) instead of the JSON line a function writes for CloudWatch. Lines that are not a
-//! function's JSON pass through as they are.
+//! one) instead of the JSON line a function writes for CloudWatch; any other line of a function
+//! as its level, message and the fields that say what happened (a `drained` or `bridged` line
+//! names its event and disposition). Lines that are not a function's JSON pass through as they
+//! are.
 
 use serde_json::Value;
 
@@ -16,16 +18,23 @@ pub fn readable(line: &str) -> String {
     let level = text("level");
     let message = text("message");
     if message != "delivery" {
-        let detail = ["provider", "problem", "detail", "error"]
-            .iter()
-            .filter_map(|k| {
-                fields
-                    .get(*k)
-                    .and_then(Value::as_str)
-                    .map(|v| format!("{k}={v}"))
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
+        let detail = [
+            "provider",
+            "event_id",
+            "disposition",
+            "problem",
+            "detail",
+            "error",
+        ]
+        .iter()
+        .filter_map(|k| {
+            fields
+                .get(*k)
+                .and_then(Value::as_str)
+                .map(|v| format!("{k}={v}"))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
         return format!("{time} {level:<5} {message} {detail}")
             .trim_end()
             .to_owned();
@@ -69,6 +78,13 @@ mod tests {
         assert_eq!(
             readable(other),
             "20:31:01.000 WARN  database not reachable at cold start provider=stripe error=connect timed out"
+        );
+        // A drained line names its event and what became of it, at the level that says
+        // whether waiting fixes it.
+        let drained = r#"{"timestamp":"2026-11-30T20:31:04.000Z","level":"WARN","message":"drained","provider":"stripe","sqs_message_id":"m-1","event_id":"evt_2","event_type":"invoice.paid","disposition":"error","receive_count":2,"error":"connect failed","latency_ms":1.5}"#;
+        assert_eq!(
+            readable(drained),
+            "20:31:04.000 WARN  drained provider=stripe event_id=evt_2 disposition=error error=connect failed"
         );
         assert_eq!(readable("not json"), "not json");
     }
