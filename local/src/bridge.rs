@@ -6,7 +6,9 @@
 //! a record is only ever handed over as received. The local run's `send` of an EventBridge
 //! sample, the tests and the benchmarks use the same.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{Value, json};
@@ -26,7 +28,53 @@ pub struct EventQueues {
     pub dead_letter_url: String,
     /// Held by a delivery from send to delete, so that two at once do not take each other's
     /// message.
-    delivering: std::sync::Arc<tokio::sync::Mutex<()>>,
+    delivering: Arc<tokio::sync::Mutex<()>>,
+    /// What the function's `bridged` lines say became of the messages delivered.
+    lines: BridgedLines,
+}
+
+/// The dispositions the function's `bridged` lines name, handed to the delivery waiting for
+/// that message: its answer (a batch response) says only which records failed, and on Lambda
+/// the line in CloudWatch is where the rest is read. The local run feeds it every line its
+/// functions print ([`BridgedLines::read`]).
+#[derive(Debug, Clone, Default)]
+pub struct BridgedLines(Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<String>>>>);
+
+impl BridgedLines {
+    /// Reads one line a function printed: a `bridged` line's disposition goes to the delivery
+    /// of the SQS message it names, if one waits for it.
+    pub fn read(&self, line: &str) {
+        if !line.contains(r#""message":"bridged""#) {
+            return;
+        }
+        let Ok(line) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let text = |key: &str| line.get(key).and_then(Value::as_str);
+        if let (Some("bridged"), Some(id), Some(disposition)) =
+            (text("message"), text("sqs_message_id"), text("disposition"))
+        {
+            let waiting = self.0.lock().map(|mut w| w.remove(id)).ok().flatten();
+            if let Some(waiting) = waiting {
+                let _ = waiting.send(disposition.to_owned());
+            }
+        }
+    }
+
+    /// The disposition of message `id`'s line, once it has been read.
+    fn expect(&self, id: &str) -> tokio::sync::oneshot::Receiver<String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut waiting) = self.0.lock() {
+            waiting.insert(id.to_owned(), tx);
+        }
+        rx
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut waiting) = self.0.lock() {
+            waiting.remove(id);
+        }
+    }
 }
 
 impl EventQueues {
@@ -50,7 +98,8 @@ impl EventQueues {
             moto: moto.to_owned(),
             url,
             dead_letter_url,
-            delivering: std::sync::Arc::default(),
+            delivering: Arc::default(),
+            lines: BridgedLines::default(),
         })
     }
 
@@ -140,13 +189,37 @@ impl EventQueues {
             .map(|(answer, _)| answer)
     }
 
+    /// Where the function's `bridged` lines are to be read for [`EventQueues::deliver`].
+    pub fn lines(&self) -> &BridgedLines {
+        &self.lines
+    }
+
     /// What the rule and the event source mapping do with one event: on the event queue,
-    /// received, handed to `api`'s function, deleted unless it failed. The function's answer.
-    pub async fn deliver(&self, api: &RuntimeApi, event: &Value) -> Result<Value, String> {
+    /// received, handed to `api`'s function, deleted unless it failed. The function's answer,
+    /// and the disposition its `bridged` line for the event names (none when no such line was
+    /// read: one below `AWS_LAMBDA_LOG_LEVEL`, or [`EventQueues::lines`] fed nothing).
+    pub async fn deliver(
+        &self,
+        api: &RuntimeApi,
+        event: &Value,
+    ) -> Result<(Value, Option<String>), String> {
         let _one_at_a_time = self.delivering.lock().await;
         let id = self.send(&self.url, event).await?;
-        let messages = self.receive(&self.url, &[id]).await?;
-        self.invoke(api, &self.url, &messages).await
+        let line = self.lines.expect(&id);
+        let delivered = async {
+            let messages = self.receive(&self.url, std::slice::from_ref(&id)).await?;
+            let answer = self.invoke(api, &self.url, &messages).await?;
+            // The function wrote the line before it answered; reading it from its output
+            // may still take a moment.
+            let disposition = tokio::time::timeout(Duration::from_secs(2), line)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            Ok((answer, disposition))
+        }
+        .await;
+        self.lines.forget(&id);
+        delivered
     }
 }
 

@@ -32,6 +32,10 @@ pub enum Route {
     EventQueue(Arc<RuntimeApi>, crate::bridge::EventQueues),
 }
 
+/// The header of an EventBridge route's answer that carries the disposition the function's
+/// `bridged` line named (the body is the function's batch response, which names none).
+pub const DISPOSITION: &str = "claimonce-disposition";
+
 /// How long a request waits for its function (the template's function timeout).
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -170,11 +174,17 @@ async fn handle(routes: Arc<Routes>, request: Request<Incoming>) -> Reply {
                 );
             };
             return match queues.deliver(api, &bridged).await {
-                Ok(answer) => Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(answer.to_string())))
-                    .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response")),
+                Ok((answer, disposition)) => {
+                    let mut answered = Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "application/json");
+                    if let Some(disposition) = disposition {
+                        answered = answered.header(DISPOSITION, disposition);
+                    }
+                    answered
+                        .body(Full::new(Bytes::from(answer.to_string())))
+                        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "invalid response"))
+                }
                 Err(why) => plain(StatusCode::BAD_GATEWAY, &why),
             };
         }
@@ -207,8 +217,8 @@ pub async fn serve(listener: TcpListener, routes: Routes) {
 }
 
 /// Sends an API Gateway event's request (method POST, its route, headers and body) over HTTP
-/// to `authority` (`host:port`), as a webhook sender would; returns the status and body.
-pub async fn send(authority: &str, event: &Value) -> Result<(StatusCode, Bytes), String> {
+/// to `authority` (`host:port`), as a webhook sender would; returns the response.
+pub async fn send(authority: &str, event: &Value) -> Result<Response<Bytes>, String> {
     let route = crate::sign::event_path(event).unwrap_or("/").to_owned();
     let body = crate::sign::event_body(event)?;
     let mut request = Request::builder()
@@ -239,14 +249,9 @@ pub async fn send(authority: &str, event: &Value) -> Result<(StatusCode, Bytes),
         .send_request(request)
         .await
         .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, body))
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok(Response::from_parts(parts, body))
 }
 
 #[cfg(test)]

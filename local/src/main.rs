@@ -270,10 +270,18 @@ async fn send(path: &str, url: &str, as_is: bool) -> Result<(), String> {
     } else {
         sign::resign(&mut event, now()).map_err(|e| format!("{path}: {e}"))?;
     }
-    let (status, body) = gateway::send(authority, &event).await?;
+    let response = gateway::send(authority, &event).await?;
     let route = sign::event_path(&event).unwrap_or("/");
-    println!("POST {url}{route} -> {status}");
-    println!("{}", String::from_utf8_lossy(&body));
+    println!("POST {url}{route} -> {}", response.status());
+    println!("{}", String::from_utf8_lossy(response.body()));
+    // An EventBridge route answers the function's batch response, which names no disposition;
+    // the front read it from the function's `bridged` line.
+    if let Some(disposition) = response.headers().get(gateway::DISPOSITION) {
+        println!(
+            "disposition: {} (the function's bridged line)",
+            String::from_utf8_lossy(disposition.as_bytes())
+        );
+    }
     Ok(())
 }
 
@@ -482,18 +490,26 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         for _ in 0..instances.max(1) {
             let mut command = api.command(&bin_dir.join(function.binary), &env);
-            if !raw {
-                command.stdout(std::process::Stdio::piped());
-            }
+            command.stdout(std::process::Stdio::piped());
             let mut child = command
                 .spawn()
                 .map_err(|e| format!("{}: {e}", function.binary))?;
+            // Each line printed as it is or readably; a `bridged` line also tells the event
+            // queue's route what became of the event it sent.
+            let bridged_lines = bridged.as_ref().map(|(_, q)| q.lines().clone());
             if let Some(out) = child.stdout.take() {
                 tokio::spawn(async move {
                     use tokio::io::AsyncBufReadExt;
                     let mut lines = tokio::io::BufReader::new(out).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
-                        println!("{}", claimonce_local::readable::readable(&line));
+                        if let Some(bridged) = &bridged_lines {
+                            bridged.read(&line);
+                        }
+                        if raw {
+                            println!("{line}");
+                        } else {
+                            println!("{}", claimonce_local::readable::readable(&line));
+                        }
                     }
                 });
             }

@@ -184,15 +184,15 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
     ] {
         let mut event = sample_event(sample);
         resign(&mut event, now()).expect("sign");
-        let (status, body) = gateway::send(&authority, &event).await.expect("send");
+        let sent = gateway::send(&authority, &event).await.expect("send");
         assert_eq!(
-            (status.as_u16(), &body[..]),
+            (sent.status().as_u16(), &sent.body()[..]),
             (200, &br#"{"disposition":"processed"}"#[..]),
             "{sample}"
         );
-        let (status, body) = gateway::send(&authority, &event).await.expect("send");
+        let sent = gateway::send(&authority, &event).await.expect("send");
         assert_eq!(
-            (status.as_u16(), &body[..]),
+            (sent.status().as_u16(), &sent.body()[..]),
             (200, &br#"{"disposition":"duplicate"}"#[..]),
             "{sample}"
         );
@@ -200,8 +200,8 @@ async fn the_local_front_serves_every_function_like_api_gateway() {
     let mut unknown = sample_event("stripe/invoice.paid.json");
     resign(&mut unknown, now()).expect("sign");
     unknown["rawPath"] = Value::String("/webhooks/nobody".into());
-    let (status, _) = gateway::send(&authority, &unknown).await.expect("send");
-    assert_eq!(status.as_u16(), 404);
+    let sent = gateway::send(&authority, &unknown).await.expect("send");
+    assert_eq!(sent.status().as_u16(), 404);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 3);
 }
 
@@ -636,7 +636,7 @@ impl LocalRun {
 /// The local run shows the spill queue (`--spill`): SIGUSR1 takes its database down for the
 /// functions and a sample sent then is answered `queued`; SIGUSR1 again brings it back, the
 /// run's drain (moto's SQS, as Lambda's event source mapping would) applies it, and the same
-/// sample sent again is a duplicate.
+/// sample sent again is a duplicate. An EventBridge sample sent meanwhile is reported failed.
 #[tokio::test]
 async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_them_after() {
     let mut run = LocalRun::start("spill", &["--spill"]).await;
@@ -654,6 +654,18 @@ async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_
         .await;
     let queued = run.send(&sample).await;
     assert!(queued.contains(r#"{"disposition":"queued"}"#), "{queued}");
+    // An EventBridge event meanwhile is reported failed, left on its queue to come back, and
+    // `send` shows the error its `bridged` line names.
+    let bridged = workspace_root().join("events/stripe/eventbridge/invoice.paid.json");
+    let failed = run.send(&bridged).await;
+    assert!(
+        failed.contains(r#"{"batchItemFailures":[{"itemIdentifier":"#),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("disposition: error (the function's bridged line)"),
+        "{failed}"
+    );
     signal(&pid);
     run.until(|l| l.contains("the database is back")).await;
     // A drain that ran during the outage may still be reporting its failure (`connect
@@ -672,8 +684,8 @@ async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_
 
 /// The local run takes each EventBridge sample (`events/<provider>/eventbridge/`) on its
 /// function's EventBridge route: `send` of the Stripe and the Shopify one is applied (the
-/// batch response fails nothing, the `bridged` line says processed), and a second send is a
-/// duplicate.
+/// batch response fails nothing, the `bridged` line says processed, and `send` shows it), and
+/// a second send is a duplicate.
 #[tokio::test]
 async fn the_local_run_sends_an_eventbridge_sample_to_its_function() {
     let mut run = LocalRun::start("eventbridge", &[]).await;
@@ -686,6 +698,13 @@ async fn the_local_run_sends_an_eventbridge_sample_to_its_function() {
             let sent = run.send(&sample).await;
             assert!(sent.contains("/eventbridge/"), "{sent}");
             assert!(sent.contains(r#"{"batchItemFailures":[]}"#), "{sent}");
+            // What the batch response cannot say, `send` reads from the function's line.
+            assert!(
+                sent.contains(&format!(
+                    "disposition: {disposition} (the function's bridged line)"
+                )),
+                "{sent}"
+            );
             let line = run.until(|l| l.contains(r#""message":"bridged""#)).await;
             assert!(
                 line.contains(&format!(r#""disposition":"{disposition}""#)),
