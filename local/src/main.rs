@@ -301,6 +301,19 @@ fn front_authority(url: &str) -> Result<&str, String> {
     Ok(rest)
 }
 
+/// True when this binary is the `claimonce-local` that `PATH` finds (as `cargo install` puts
+/// it), not a build in a checkout: a project of its own then sends with it, since cargo's copy
+/// of the claimonce source is no place to `cargo run` from.
+fn installed() -> bool {
+    let Ok(this) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return false;
+    };
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::canonicalize(dir.join("claimonce-local")).is_ok_and(|p| p == this))
+    })
+}
+
 /// The database: `DATABASE_URL` when set, else a private server kept under
 /// `target/claimonce-dev/` (or `CLAIMONCE_LOCAL_DIR`); deleting that folder starts clean.
 async fn database() -> Result<(String, Option<Postgres>), String> {
@@ -563,6 +576,8 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
         let shown = sample.strip_prefix(&project).unwrap_or(&sample).display();
         let run = if project == functions::workspace_root() {
             "cargo run -q -p claimonce-local --".to_owned()
+        } else if installed() {
+            format!("CLAIMONCE_PROJECT={} claimonce-local", project.display())
         } else {
             format!(
                 "CLAIMONCE_PROJECT={} cargo run -q --manifest-path {} --",
