@@ -1,6 +1,8 @@
 //! Shared pieces of the benchmarks: event bodies shaped like real Stripe payloads, and
 //! readings of this process's CPU time and peak memory.
 
+pub mod fleet;
+
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -245,4 +247,24 @@ pub fn postmaster_pid(pg: &Postgres) -> u32 {
         .ok()
         .and_then(|text| text.lines().next()?.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// pgbench against the server on loopback `port` as `postgres`, with no vacuum first; the
+/// caller adds the rest of the run.
+pub fn pgbench_at(port: u16) -> std::process::Command {
+    let exe = claimonce_local::postgres::bin_dir().map_or_else(
+        || std::path::PathBuf::from("pgbench"),
+        |d| d.join("pgbench"),
+    );
+    let mut command = std::process::Command::new(exe);
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        "postgres",
+        "-n",
+    ]);
+    command
 }

@@ -549,6 +549,12 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
     };
     println!("claimonce is running locally at {base}");
     println!("  database:   {database} (migrations applied now: {applied:?})");
+    // Inherited by every function, as Lambda sets it on Managed Instances.
+    if let Some(n) = claimonce::config::optional("AWS_LAMBDA_MAX_CONCURRENCY") {
+        println!(
+            "  concurrency: {n} invocations at once in each instance (AWS_LAMBDA_MAX_CONCURRENCY)"
+        );
+    }
     for function in registry {
         println!(
             "  POST {base}{}  ->  {} x{instances} (local secret: {})",

@@ -552,12 +552,19 @@ struct LocalRun {
     run: tokio::process::Child,
     base: String,
     said: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// Every line read so far, in order.
+    seen: Vec<String>,
     local: std::path::PathBuf,
     dir: std::path::PathBuf,
 }
 
 impl LocalRun {
     async fn start(name: &str, extra: &[&str]) -> Self {
+        Self::start_with(name, extra, &[]).await
+    }
+
+    /// [`LocalRun::start`] with `env` in the run's environment.
+    async fn start_with(name: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         use tokio::io::AsyncBufReadExt as _;
         let dir =
             std::env::temp_dir().join(format!("claimonce-local-{name}-{}", std::process::id()));
@@ -568,6 +575,7 @@ impl LocalRun {
             .args(extra)
             .env("CLAIMONCE_LOCAL_DIR", &dir)
             .env("CLAIMONCE_LOCAL_BINARIES", bins)
+            .envs(env.iter().copied())
             .env_remove("DATABASE_URL")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -587,6 +595,7 @@ impl LocalRun {
             run,
             base: String::new(),
             said,
+            seen: Vec::new(),
             local,
             dir,
         };
@@ -603,6 +612,7 @@ impl LocalRun {
     async fn until(&mut self, wanted: impl Fn(&str) -> bool) -> String {
         tokio::time::timeout(Duration::from_secs(300), async {
             while let Some(line) = self.said.recv().await {
+                self.seen.push(line.clone());
                 if wanted(&line) {
                     return line;
                 }
@@ -679,6 +689,39 @@ async fn the_local_run_queues_deliveries_while_its_database_is_down_and_applies_
     );
     let again = run.send(&sample).await;
     assert!(again.contains(r#"{"disposition":"duplicate"}"#), "{again}");
+    run.stop().await;
+}
+
+/// `AWS_LAMBDA_MAX_CONCURRENCY` in the local run's environment runs every function in Lambda
+/// Managed Instances' mode, as Lambda sets it there: the run says so, each function says it
+/// serves that many invocations at once on as many connections, and a sample is processed,
+/// then a duplicate.
+#[tokio::test]
+async fn the_local_run_serves_invocations_at_once_when_asked() {
+    let mut run =
+        LocalRun::start_with("at-once", &[], &[("AWS_LAMBDA_MAX_CONCURRENCY", "4")]).await;
+    // The run's own line and the functions', in whichever order they come.
+    let serving = r#""message":"serving invocations at once""#;
+    if !run.seen.iter().any(|l| l.contains(serving)) {
+        run.until(|l| l.contains(serving)).await;
+    }
+    let find = |what: &str| run.seen.iter().find(|l| l.contains(what)).cloned();
+    let banner = find("invocations at once in each instance").unwrap_or_default();
+    assert!(banner.contains("concurrency: 4"), "{banner}");
+    let serving = find(serving).unwrap_or_default();
+    assert!(serving.contains(r#""invocations":4"#), "{serving}");
+    assert!(serving.contains(r#""connections":4"#), "{serving}");
+    let sample = workspace_root().join("events/stripe/invoice.paid.json");
+    assert!(
+        run.send(&sample)
+            .await
+            .contains(r#"{"disposition":"processed"}"#)
+    );
+    assert!(
+        run.send(&sample)
+            .await
+            .contains(r#"{"disposition":"duplicate"}"#)
+    );
     run.stop().await;
 }
 

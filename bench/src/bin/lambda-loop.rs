@@ -21,43 +21,9 @@
 
 use std::time::Duration;
 
+use claimonce_bench::fleet::{Fleet, task_usage};
 use claimonce_bench::{checkout, invoice, migrated_postgres, stripe_event};
-use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use serde_json::json;
-
-/// (run time in ns, voluntary context switches) of every thread of process `pid`.
-fn usage(pid: u32) -> (u64, u64) {
-    let mut total = (0, 0);
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return total;
-    };
-    for task in tasks.flatten() {
-        let (ns, switches) = task_usage(&task.path());
-        total.0 += ns;
-        total.1 += switches;
-    }
-    total
-}
-
-/// (run time in ns, voluntary context switches) of the thread whose `/proc` directory is
-/// `task`.
-fn task_usage(task: &std::path::Path) -> (u64, u64) {
-    let ns = std::fs::read_to_string(task.join("schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    let switches = std::fs::read_to_string(task.join("status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap_or(0);
-    (ns, switches)
-}
 
 /// CPU µs and wakeups of one database round trip made by tokio-postgres alone, the way a
 /// function makes its one (one connection driven on a current-thread runtime, the statement
@@ -306,98 +272,6 @@ async fn received(
         }
     }
     Ok(records)
-}
-
-fn status_is(
-    outcome: &Result<Outcome, claimonce_local::runtime_api::InvokeError>,
-    needle: &[u8],
-) -> bool {
-    matches!(outcome, Ok(Outcome::Response(p)) if p.windows(needle.len()).any(|w| w == needle))
-}
-
-/// N copies of one function, each under its own emulator.
-struct Fleet {
-    apis: Vec<std::sync::Arc<RuntimeApi>>,
-    children: Vec<tokio::process::Child>,
-    pids: Vec<u32>,
-}
-
-impl Fleet {
-    async fn start(
-        name: &str,
-        processes: u64,
-        spawn: impl Fn(&RuntimeApi) -> tokio::process::Child,
-    ) -> Self {
-        let mut fleet = Fleet {
-            apis: Vec::new(),
-            children: Vec::new(),
-            pids: Vec::new(),
-        };
-        for _ in 0..processes {
-            let api = RuntimeApi::start(name).await.expect("api");
-            let child = spawn(&api);
-            fleet.pids.extend(child.id());
-            fleet.children.push(child);
-            fleet.apis.push(std::sync::Arc::new(api));
-        }
-        fleet
-    }
-
-    /// CPU (ns) and voluntary wakeups of every copy, summed.
-    fn usage(&self) -> (u64, u64) {
-        self.pids
-            .iter()
-            .map(|pid| usage(*pid))
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    }
-
-    /// Sends `events`, shared out over the copies, each copy one at a time; returns how many
-    /// did not get their status.
-    async fn send(&self, events: Vec<(String, &'static [u8])>) -> u64 {
-        let copies = self.apis.len();
-        let mut shares: Vec<Vec<(String, &'static [u8])>> = vec![Vec::new(); copies];
-        for (i, event) in events.into_iter().enumerate() {
-            if let Some(share) = shares.get_mut(i % copies) {
-                share.push(event);
-            }
-        }
-        let mut tasks = tokio::task::JoinSet::new();
-        for (api, share) in self.apis.iter().zip(shares) {
-            let api = std::sync::Arc::clone(api);
-            tasks.spawn(async move {
-                let mut failures = 0;
-                for (e, expected) in share {
-                    if !status_is(&api.invoke(e, Duration::from_secs(10)).await, expected) {
-                        failures += 1;
-                    }
-                }
-                failures
-            });
-        }
-        let mut failures = 0;
-        while let Some(done) = tasks.join_next().await {
-            failures += done.unwrap_or(1);
-        }
-        failures
-    }
-
-    /// SIGTERM first, so a profiler the function runs under writes its data, then SIGKILL for
-    /// whatever has not gone within five seconds.
-    async fn stop(mut self) {
-        for pid in &self.pids {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        for child in &mut self.children {
-            if tokio::time::timeout(Duration::from_secs(5), child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
-            }
-        }
-    }
 }
 
 #[tokio::main]

@@ -12,8 +12,6 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,7 +23,7 @@ use claimonce_bench::{
     SECRET, checkout, children_cpu_ms, cpu_ms, invoice, peak_rss_kib, postgres_cpu_ms,
     postmaster_pid, settle, stripe_event,
 };
-use claimonce_local::postgres::{Options, Postgres, bin_dir};
+use claimonce_local::postgres::{Options, Postgres};
 use stripe_webhook::Stripe;
 use tokio_postgres::{Client, NoTls};
 
@@ -570,20 +568,9 @@ fn pgbench(
     ));
     std::fs::write(&script, pgbench_script(mode, shape)).map_err(|e| e.to_string())?;
     let port = pg.port;
-    let exe = bin_dir().map_or_else(|| PathBuf::from("pgbench"), |d| d.join("pgbench"));
     let cpu_before = children_cpu_ms();
-    let output = Command::new(exe)
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-n",
-            "-M",
-            protocol,
-        ])
+    let output = claimonce_bench::pgbench_at(port)
+        .args(["-M", protocol])
         .args([
             "-c",
             &clients.to_string(),

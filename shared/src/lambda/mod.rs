@@ -198,6 +198,18 @@ impl Concurrency {
     }
 }
 
+/// Resolves once this process's parent has changed (it ended, and the process was adopted),
+/// checked every second.
+async fn orphaned() {
+    let parent = std::os::unix::process::parent_id();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
+    }
+}
+
 /// Set once the first invocation has checked the login's statement bound against the
 /// function's timeout.
 static BOUND_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -252,20 +264,43 @@ pub async fn serve_with<P: Provider>(
     receiver.warm_up().await;
     let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ended = if concurrency.invocations > 1 {
+        crate::log::Log::stdout().write(
+            crate::log::Level::Info,
+            "serving invocations at once",
+            serde_json::json!({
+                "invocations": concurrency.invocations,
+                "connections": concurrency.connections,
+            }),
+        );
         let receiver = std::sync::Arc::new(receiver);
         let counter = std::sync::Arc::clone(&served);
-        lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Invocation>| {
-            let (receiver, counter) = (
-                std::sync::Arc::clone(&receiver),
-                std::sync::Arc::clone(&counter),
-            );
-            async move {
-                let answer = receiver.invoke(event).await;
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok::<_, lambda_runtime::Error>(answer)
+        let serving =
+            lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Invocation>| {
+                let (receiver, counter) = (
+                    std::sync::Arc::clone(&receiver),
+                    std::sync::Arc::clone(&counter),
+                );
+                async move {
+                    let answer = receiver.invoke(event).await;
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, lambda_runtime::Error>(answer)
+                }
+            }));
+        // The concurrent runtime polls its API again at once after an error, for good: an
+        // environment whose API went away (a local emulator that ended) would spin. It ends
+        // instead once the process that started it is gone, as Lambda's never is while the
+        // environment lives.
+        tokio::select! {
+            ended = serving => ended,
+            () = orphaned() => {
+                crate::log::Log::stdout().write(
+                    crate::log::Level::Info,
+                    "the process that started this environment is gone; exiting",
+                    serde_json::Map::new(),
+                );
+                Ok(())
             }
-        }))
-        .await
+        }
     } else {
         let (receiver, counter) = (&receiver, &*served);
         lambda_runtime::run(service_fn(
