@@ -79,7 +79,7 @@ fn parsing(c: &mut Criterion) {
         b.iter(|| black_box(stripe_webhook::parse_event(black_box(&invoice))).expect("event"))
     });
     let resend = br#"{"type":"email.bounced","created_at":"2026-11-29T19:00:00.126Z","data":{"broadcast_id":null,"created_at":"2026-11-29T18:59:58.894719+00:00","email_id":"4ef9a417-02e9-4d39-ad75-9611e0fcc33c","from":"Acme <onboarding@resend.dev>","to":["jenny.rosen@example.com"],"subject":"Welcome to Acme","bounce":{"message":"mailbox does not exist","subType":"General","type":"Permanent"}}}"#;
-    let message_id = claimonce::EventId::new("msg_1").expect("an id");
+    let message_id = claimonce::prelude::EventId::new("msg_1").expect("an id");
     group.throughput(Throughput::Bytes(resend.len() as u64));
     group.bench_function("resend_email_bounced", |b| {
         b.iter(|| {

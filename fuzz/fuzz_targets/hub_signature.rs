@@ -6,7 +6,7 @@
 //! the body under a configured secret.
 #![no_main]
 
-use claimonce::Problem;
+use claimonce::prelude::Problem;
 use claimonce::verify::Verify;
 use claimonce::verify::body_hmac::{self, BodyHmac};
 use lambda_http::http::{HeaderMap, HeaderValue};

@@ -8,7 +8,7 @@
 //! spelling; and a clean request that carries the right signature verifies.
 #![no_main]
 
-use claimonce::Problem;
+use claimonce::prelude::Problem;
 use claimonce::verify::Verify;
 use claimonce::verify::standard_webhooks::{self, StandardWebhooks};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue};

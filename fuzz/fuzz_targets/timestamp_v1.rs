@@ -6,7 +6,7 @@
 //! a configured secret and the timestamp is within tolerance of the fixed clock.
 #![no_main]
 
-use claimonce::Problem;
+use claimonce::prelude::Problem;
 use claimonce::verify::Verify;
 use claimonce::verify::timestamp_v1::{self, TimestampV1, parse_header};
 use lambda_http::http::{HeaderMap, HeaderValue};

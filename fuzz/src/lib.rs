@@ -18,7 +18,8 @@ use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
 use claimonce::pipeline::statement;
 use claimonce::verify::Sign;
-use claimonce::{Admission, Admitted, Limits, Plan, Problem, Provider, Receiver};
+use claimonce::{Admission, Admitted, Limits, Receiver};
+use claimonce::prelude::{Plan, Problem, Provider};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use lambda_http::{Body, Request};
 

@@ -29,8 +29,9 @@ use claimonce::config::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::migrate::Migration;
+use claimonce::prelude::Provider;
 use claimonce::verify::Sign;
-use claimonce::{Limits, Provider, Receiver};
+use claimonce::{Limits, Receiver};
 use serde_json::Value;
 use tokio_postgres::Client;
 

@@ -6,7 +6,7 @@
 //! needs them reads them through this crate:
 //!
 //! - a function binary, at compile time: [`provider_name`] and [`entry_value`] are `const`
-//!   over the manifest its crate compiles in (`claimonce::Provider::MANIFEST`), so a missing
+//!   over the manifest its crate compiles in (`claimonce::prelude::Provider::MANIFEST`), so a missing
 //!   `provider` is a build error and the name is written once, in the manifest;
 //! - the build scripts of the migrations crate and the retention sweep, and the local run and
 //!   the tests (`claimonce-local`), through [`providers`];

@@ -8,7 +8,7 @@
 //! came from. A record is taken only from the function's own event queue or its dead-letter
 //! queue (`eventSourceARN` naming `EVENT_QUEUE_URL`'s or `EVENT_DEAD_LETTER_QUEUE_URL`'s
 //! queue), only once SQS has vouched for its receipt handle on that queue
-//! ([`crate::sqs::receipt`]: a direct invocation cannot make one up), and its envelope only
+//! (`claimonce::sqs`'s receipt proof: a direct invocation cannot make one up), and its envelope only
 //! when its `source` is the configured partner source (`<PROVIDER>_EVENT_SOURCE`) and its
 //! `account` the queue's own (ARCHITECTURE.md, "EventBridge").
 //!
@@ -44,6 +44,8 @@ pub const QUEUE_URL_VAR: &str = "EVENT_QUEUE_URL";
 /// whose records it takes (when an operator turns that event source on).
 pub const DEAD_LETTER_URL_VAR: &str = "EVENT_DEAD_LETTER_QUEUE_URL";
 
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 /// The partner event source a provider's function takes events from, and its event queues.
 #[derive(Debug)]
 pub struct Bridge {
@@ -169,7 +171,7 @@ pub(crate) struct Envelope<'a> {
 }
 
 /// A sender's event unwrapped from EventBridge's `detail` by its provider
-/// ([`Provider::bridged`](crate::Provider::bridged)): the body and the headers its webhook
+/// ([`Provider::bridged`](crate::prelude::Provider::bridged)): the body and the headers its webhook
 /// would have carried, for the provider's own parser.
 #[derive(Debug)]
 pub struct Bridged<'d> {

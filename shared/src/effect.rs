@@ -1,5 +1,5 @@
 //! What a won claim does: the provider's [`Plan`] for an event, decided in one step
-//! ([`crate::Provider::plan`]): nothing, one SQL call in the claim's statement ([`Effect`]), or
+//! ([`crate::prelude::Provider::plan`]): nothing, one SQL call in the claim's statement ([`Effect`]), or
 //! Rust on the claim's transaction ([`RustEffect`]).
 //!
 //! A Rust effect runs with a [`Tx`]: a handle on the transaction that won the claim, handed
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Param<'_> {
 }
 
 /// A provider's plan for one event, returned in one step by
-/// [`Provider::plan`](crate::Provider::plan): what the claim does if this delivery wins it.
+/// [`Provider::plan`](crate::prelude::Provider::plan): what the claim does if this delivery wins it.
 #[derive(Debug)]
 pub enum Plan<R> {
     /// No effect: the event is claimed and answered `ignored`.

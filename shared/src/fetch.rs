@@ -1,5 +1,5 @@
 //! What a provider may ask of its sender's API before an event's claim
-//! ([`Provider::complete`](crate::Provider::complete)): a GET of a path under the configured
+//! ([`Provider::complete`](crate::prelude::Provider::complete)): a GET of a path under the configured
 //! base URL, with the configured key, within the configured time. Used by an event that carries
 //! only a reference to its data (Stripe's thin events). It runs before the claim's transaction
 //! opens, so no database connection waits on the network, and its failure is a failure of the

@@ -4,7 +4,7 @@
 
 use crate::response::{Problem, Rejection};
 
-/// The function [`Effect::forward`] calls (migration V12): it inserts the signed body into the
+/// The function [`Effect::forward`](crate::prelude::Effect::forward) calls (migration V12): it inserts the signed body into the
 /// outbox with the header that signed it, tagged with the claim's provider and event id.
 pub const FORWARD_FUNCTION: &str = "claimonce_forward_v2";
 
@@ -15,7 +15,7 @@ pub const SQS_MESSAGE_LIMIT: usize = 1_048_576;
 
 /// What a forwarded message's attributes may take beside its body: the relay's seven
 /// attributes with their longest values (topic 128 bytes, signature header 64 and value 256,
-/// provider and event id 255 each, as [`FORWARD_FUNCTION`] and [`crate::EventId`] bound
+/// provider and event id 255 each, as [`FORWARD_FUNCTION`] and [`crate::prelude::EventId`] bound
 /// them) come to about 1,300 bytes with their names and types.
 pub const FORWARD_ATTRIBUTE_ROOM: usize = 2048;
 

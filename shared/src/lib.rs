@@ -1,7 +1,7 @@
 //! claimonce: exactly-once webhook processing for AWS Lambda.
 //!
-//! A provider crate supplies a [`Provider`] (how to verify, how to read an event, what each
-//! event does); this crate owns everything else: the raw-body verification schemes, the
+//! A provider crate supplies a [`Provider`](prelude::Provider) (how to verify, how to read an
+//! event, what each event does); this crate owns everything else: the raw-body verification schemes, the
 //! claim-then-mutate transaction, the response policy, the connection and the logs. A whole
 //! provider, with its effect in Rust on the claim's transaction:
 //!
@@ -112,18 +112,18 @@
 //! function, sample event and tests, is under `examples/` (`docs/providers.md`, "Use it in
 //! your project").
 //!
-//! **What a provider crate uses** is the crate root ([`Provider`], its types, [`Effect`],
-//! [`Tx`], [`run_from_env`], [`Receiver`] for its tests), [`verify`] (the schemes and [`Sign`]),
-//! [`config`], [`timestamp`], [`migrate`] (its migrations), [`secrets`] (how its secret is read)
-//! and, for tests that build a receiver, [`db`] and [`log`]. Public enums that may grow are
+//! **What a provider crate uses** is [`prelude`] (one import: the [`Provider`](prelude::Provider)
+//! trait, its types, [`Effect`](prelude::Effect) and [`Tx`](prelude::Tx), the schemes' traits),
+//! the root's [`run_from_env`] for its binary and [`Receiver`] for its tests, [`verify`] (the
+//! schemes), [`config`], [`timestamp`], [`migrate`] (its migrations), [`secrets`] (how its secret
+//! is read) and, for tests that build a receiver, [`db`] and [`log`]. Each type has one path: a
+//! provider's through the prelude, the receiver's at the root, the rest in their module. Public enums that may grow are
 //! `#[non_exhaustive]`. The modules left out of this documentation serve this workspace's own
 //! scheduled functions and may change in any release. A connection of one's own
 //! (`db::Settings::connect`) exists only with the `jobs` feature, which the jobs turn on and a
 //! provider crate does not: its code is handed a claim's transaction, never a connection. A
 //! provider whose events carry only a reference to their data (Stripe's thin events) turns on
 //! `sender-api` instead, and completes them before the claim through [`fetch`].
-//!
-//! [`Sign`]: verify::Sign
 
 #![warn(missing_docs)]
 
@@ -134,7 +134,7 @@ pub mod auth;
 pub mod bridge;
 pub mod config;
 pub mod db;
-pub mod effect;
+mod effect;
 pub mod fetch;
 pub mod forward;
 mod headers;
@@ -144,6 +144,8 @@ pub mod log;
 mod metrics;
 pub mod migrate;
 mod pg_error;
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 pub mod pipeline;
 mod provider;
 mod receiver;
@@ -155,6 +157,8 @@ pub mod secrets;
 #[doc(hidden)]
 #[cfg(feature = "sender-api")]
 pub mod sender_api;
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 pub mod spill;
 pub mod sqs;
 pub mod timestamp;
@@ -173,13 +177,7 @@ pub mod prelude {
     pub use tokio_postgres::types::Type;
 }
 
-pub use bridge::Bridged;
-pub use effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
-pub use forward::Forwardable;
-pub use ids::{EventId, MAX_EVENT_ID_LEN};
+pub use ids::MAX_EVENT_ID_LEN;
 pub use lambda::{run_from_env, serve};
-pub use provider::{Parsed, Provider, ProviderName, Signed, Unsigned};
 pub use receiver::{Admission, Admitted, Limits, Receiver, Recovered};
-pub use response::{Disposition, Handshake, Problem, Rejection};
-/// PostgreSQL parameter types, for [`Param::new`].
-pub use tokio_postgres::types::Type;
+pub use response::Disposition;

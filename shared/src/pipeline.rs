@@ -13,7 +13,7 @@
 //! the claim, nor to write anything outside the statement: an [`Effect`] is data, a function
 //! name and its arguments, and the provider never sees the connection. It is the claim
 //! layer: each way a delivery's claim runs (this statement, or a Rust effect's transaction)
-//! is a [`Work`] the database layer runs with its deadline.
+//! is a `Work` the database layer runs with its deadline.
 //!
 //! The statement is unnamed (`query_typed`) and carries no `SET`: nothing stays on the
 //! session for a transaction-pooling proxy to pin it to one server connection.

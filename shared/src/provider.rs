@@ -154,22 +154,22 @@ impl<E> Parsed<E> {
 /// implementation is claimonce's, for every provider, so a provider crate cannot set it:
 ///
 /// ```compile_fail,E0119
-/// # use claimonce::ProviderName;
+/// # use claimonce::prelude::ProviderName;
 /// # struct Example;
-/// # impl claimonce::Provider for Example {
+/// # impl claimonce::prelude::Provider for Example {
 /// #     type Event = ();
-/// #     type Rust<'e> = claimonce::NoRustEffect;
+/// #     type Rust<'e> = claimonce::prelude::NoRustEffect;
 /// #     const MANIFEST: &'static str = "[package.metadata.claimonce]\nprovider = \"example\"\n";
 /// #     fn verifier(&self) -> Option<&dyn claimonce::verify::Scheme> { None }
 /// #     fn parse(
 /// #         &self,
-/// #         _: &claimonce::Signed<'_>,
-/// #         _: &claimonce::Unsigned<'_>,
-/// #     ) -> Result<claimonce::Parsed<()>, claimonce::Rejection> {
+/// #         _: &claimonce::prelude::Signed<'_>,
+/// #         _: &claimonce::prelude::Unsigned<'_>,
+/// #     ) -> Result<claimonce::prelude::Parsed<()>, claimonce::prelude::Rejection> {
 /// #         unimplemented!()
 /// #     }
-/// #     fn plan<'e>(&'e self, _: &'e claimonce::Parsed<()>) -> claimonce::Plan<Self::Rust<'e>> {
-/// #         claimonce::Plan::Nothing
+/// #     fn plan<'e>(&'e self, _: &'e claimonce::prelude::Parsed<()>) -> claimonce::prelude::Plan<Self::Rust<'e>> {
+/// #         claimonce::prelude::Plan::Nothing
 /// #     }
 /// # }
 /// impl ProviderName for Example {

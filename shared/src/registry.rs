@@ -1,7 +1,7 @@
 //! What a function binary reads from its provider's registry entry, the
 //! `[package.metadata.claimonce]` table of the provider crate's `Cargo.toml`
-//! ([`crate::Provider::MANIFEST`], compiled in), through [`claimonce_registry`], the one reader
-//! of the registry: the provider's name (at compile time: [`crate::ProviderName::NAME`]), its
+//! ([`crate::prelude::Provider::MANIFEST`], compiled in), through [`claimonce_registry`], the one reader
+//! of the registry: the provider's name (at compile time: [`crate::prelude::ProviderName::NAME`]), its
 //! secret variable and where its sender's API is configured.
 
 use crate::config::ConfigError;

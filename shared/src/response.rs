@@ -87,7 +87,7 @@ impl Rejection {
 
 /// A provider's own answer to a verified delivery that is not an event but its sender checking
 /// the endpoint (Slack's `url_verification`, whose `challenge` must come back): a small JSON
-/// object, answered 200 with no claim and nothing written ([`crate::Provider::handshake`]).
+/// object, answered 200 with no claim and nothing written ([`crate::prelude::Provider::handshake`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handshake(String);
 

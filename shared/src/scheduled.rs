@@ -57,10 +57,11 @@ where
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Value>| {
-            let budget = Budget::before_deadline(event.context.deadline(), margin);
-            let context = event.context;
-            let job = job(budget, event.payload);
-            async move { crate::log::within(&context, job).await }
+            crate::log::begin(&event.context);
+            job(
+                Budget::before_deadline(event.context.deadline(), margin),
+                event.payload,
+            )
         },
     ))
     .await

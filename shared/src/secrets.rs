@@ -22,6 +22,8 @@ pub fn refresh_interval() -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(seconds))
 }
 
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 /// Where the signing secrets come from.
 #[derive(Clone)]
 pub struct WebhookSecrets {
@@ -75,7 +77,7 @@ impl WebhookSecrets {
     }
 
     /// Whether `var` or `<var>_ARN` is set at all: a function whose provider delivers through
-    /// EventBridge alone may have neither ([`crate::Provider::without_webhooks`]).
+    /// EventBridge alone may have neither ([`crate::prelude::Provider::without_webhooks`]).
     pub fn configured(var: &str) -> bool {
         config::optional(var).is_some() || config::optional(&format!("{var}_ARN")).is_some()
     }

@@ -42,8 +42,11 @@ fn the_public_api_is_the_one_written_down() {
         }
     }
     assert!(
-        lines.contains_key(&("claimonce::Provider".to_owned(), "trait".to_owned())),
-        "the rendering found no claimonce::Provider: {} lines",
+        lines.contains_key(&(
+            "claimonce::prelude::Provider".to_owned(),
+            "trait".to_owned()
+        )),
+        "the rendering found no claimonce::prelude::Provider: {} lines",
         lines.len()
     );
     let mut text = HEADER.to_owned();

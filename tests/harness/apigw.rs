@@ -7,8 +7,9 @@ use std::ops::Deref;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use claimonce::Receiver;
 use claimonce::lambda::Payload;
-use claimonce::{Provider, Receiver};
+use claimonce::prelude::Provider;
 use lambda_http::{Body, Response};
 use serde_json::{Map, Value, json};
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::{Captured, Log};
-use claimonce::{Limits, Provider, Receiver};
+use claimonce::prelude::Provider;
+use claimonce::{Limits, Receiver};
 use claimonce_local::pgbouncer::PgBouncer;
 use claimonce_local::postgres::{Options, Postgres};
 use tokio::sync::OnceCell;

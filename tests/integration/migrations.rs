@@ -318,8 +318,8 @@ fn effect_calls_in(source: &str) -> Vec<(String, Vec<String>, bool)> {
     calls
 }
 
-fn postgres_type(name: &str) -> claimonce::Type {
-    use claimonce::Type;
+fn postgres_type(name: &str) -> claimonce::prelude::Type {
+    use claimonce::prelude::Type;
     match name {
         "TEXT" => Type::TEXT,
         "INT2" => Type::INT2,
@@ -370,10 +370,10 @@ async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() 
         for (name, types, with_claim) in effect_calls_in(&source) {
             let params = types
                 .iter()
-                .map(|t| claimonce::Param::new(None::<String>, postgres_type(t)))
+                .map(|t| claimonce::prelude::Param::new(None::<String>, postgres_type(t)))
                 .collect();
             let function: &'static str = Box::leak(name.clone().into_boxed_str());
-            let effect = claimonce::Effect::call(function, params);
+            let effect = claimonce::prelude::Effect::call(function, params);
             let effect = if with_claim {
                 effect.with_claim()
             } else {
@@ -388,11 +388,11 @@ async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() 
             checked.push(name);
         }
     }
-    let forward = claimonce::Effect::forward(
+    let forward = claimonce::prelude::Effect::forward(
         "topic".into(),
-        claimonce::Forwardable::new(b"{}").expect("a JSON body"),
+        claimonce::prelude::Forwardable::new(b"{}").expect("a JSON body"),
     );
-    prepare(&client, &forward, vec![claimonce::Type::TEXT; 4])
+    prepare(&client, &forward, vec![claimonce::prelude::Type::TEXT; 4])
         .await
         .expect("the forward effect");
     checked.sort();
@@ -405,14 +405,14 @@ async fn every_effect_call_in_the_code_names_a_function_the_migrations_create() 
 /// resolves the function by its name and these argument types.
 async fn prepare(
     client: &tokio_postgres::Client,
-    effect: &claimonce::Effect,
-    declared: Vec<claimonce::Type>,
+    effect: &claimonce::prelude::Effect,
+    declared: Vec<claimonce::prelude::Type>,
 ) -> Result<(), String> {
     let mut types = vec![
-        claimonce::Type::TEXT,
-        claimonce::Type::TEXT,
-        claimonce::Type::TEXT,
-        claimonce::Type::BYTEA,
+        claimonce::prelude::Type::TEXT,
+        claimonce::prelude::Type::TEXT,
+        claimonce::prelude::Type::TEXT,
+        claimonce::prelude::Type::BYTEA,
     ];
     types.extend(declared);
     client

@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
+use claimonce::prelude::{
+    Effect, EffectError, Param, Parsed, Plan, Provider, Rejection, RustEffect, Signed, Tx, Type,
+    Unsigned,
+};
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::{Scheme, Sign};
-use claimonce::{
-    Effect, EffectError, Limits, Param, Parsed, Plan, Provider, Receiver, Rejection, RustEffect,
-    Signed, Tx, Type, Unsigned,
-};
+use claimonce::{Limits, Receiver};
 use claimonce_bench::{api_gateway_event, cpu_ms, postgres_cpu_ms, postmaster_pid, settle};
 use claimonce_local::postgres::{Options, Postgres, provider_login_sql};
 use serde_json::json;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use claimonce::ProviderName;
+use claimonce::prelude::ProviderName;
 use claimonce::Receiver;
 use claimonce::timestamp::unix_now;
 use claimonce::verify::Sign;

@@ -5,7 +5,8 @@
 // Tests assert by panicking, helpers included.
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use claimonce::{ProviderName, Receiver};
+use claimonce::Receiver;
+use claimonce::prelude::ProviderName;
 use claimonce_local::kit::{self, Binary};
 use claimonce_local::scratch::{Scratch, ScratchDb};
 use serde_json::{Value, json};

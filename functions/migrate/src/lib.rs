@@ -143,9 +143,9 @@ pub async fn run_from_env_with(
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = work_deadline(event.context.deadline);
-        // Boxed: the migrator's future is deep, and within's scope would nest it once more.
-        let handled = Box::pin(migrator.handle_until(&event.payload, Some(deadline)));
-        claimonce::log::within(&event.context, handled)
+        claimonce::log::begin(&event.context);
+        migrator
+            .handle_until(&event.payload, Some(deadline))
             .await
             .map_err(lambda_runtime::Error::from)
     }))

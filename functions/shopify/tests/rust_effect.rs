@@ -15,12 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use claimonce::Receiver;
 use claimonce::db::Settings;
+use claimonce::prelude::{
+    EffectError, Parsed, Plan, Provider, Rejection, RustEffect, Signed, Tx, Unsigned,
+};
 use claimonce::verify::Scheme;
 use claimonce::verify::body_hmac::BodyHmac;
-use claimonce::{
-    EffectError, Parsed, Plan, Provider, Receiver, Rejection, RustEffect, Signed, Tx, Unsigned,
-};
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{payload_outcome, v2_event};

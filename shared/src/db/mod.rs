@@ -1,7 +1,7 @@
 //! The database connections: settings from the environment, verified TLS through rustls, at
 //! most one connection per delivery in flight in the execution environment (one, classically;
 //! up to [`Database::with_connections`] on Lambda Managed Instances), each reused and re-made
-//! when found closed, and a bound on every wait. It runs a delivery's [`Work`] with its deadline, reconnect and cancel,
+//! when found closed, and a bound on every wait. It runs a delivery's `Work` with its deadline, reconnect and cancel,
 //! and knows nothing of claims: what the work sends is the claim layer's
 //! ([`crate::pipeline`]).
 
@@ -258,6 +258,24 @@ pub struct StatementBound {
 const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM pg_settings \
                                WHERE name = 'statement_timeout'";
 
+/// A slot held by one delivery: its connection while it runs, given back (or `None`, when it
+/// was discarded) when the delivery ends, however it ends.
+struct Held<'d> {
+    database: &'d Database,
+    connection: Option<Connection>,
+    _permit: tokio::sync::SemaphorePermit<'d>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.database
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(self.connection.take());
+    }
+}
+
 /// One execution environment's connections: the first made at cold start, each reused by one
 /// delivery at a time and replaced when it is found closed. A delivery holds a connection of
 /// its own from its first statement to its last: no other delivery's statement or transaction
@@ -297,11 +315,9 @@ impl Database {
         }
     }
 
-    /// A slot's connection (or `None`, to be made), waiting for a free slot until `deadline`.
-    async fn acquire(
-        &self,
-        deadline: tokio::time::Instant,
-    ) -> Option<(tokio::sync::SemaphorePermit<'_>, Option<Connection>)> {
+    /// A slot, its connection (or `None`, to be made) in hand, waiting for a free one until
+    /// `deadline`.
+    async fn acquire(&self, deadline: tokio::time::Instant) -> Option<Held<'_>> {
         let permit = tokio::time::timeout_at(deadline, self.slots.acquire())
             .await
             .ok()?
@@ -313,18 +329,14 @@ impl Database {
             .position(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
             .unwrap_or(0);
         // None left (a delivery's future dropped with its slot): a slot to be made.
-        let slot = (open < idle.len())
+        let connection = (open < idle.len())
             .then(|| idle.swap_remove(open))
             .flatten();
-        Some((permit, slot))
-    }
-
-    /// Gives a slot back: its connection, or `None` when it was discarded.
-    fn release(&self, slot: Option<Connection>) {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(slot);
+        Some(Held {
+            database: self,
+            connection,
+            _permit: permit,
+        })
     }
 
     /// The bounds on its waits.
@@ -344,21 +356,13 @@ impl Database {
     /// not be read). A connect failure is returned for logging; the next delivery tries again.
     pub async fn warm_up(&self) -> Result<Option<StatementBound>, ConnectError> {
         let far = tokio::time::Instant::now() + self.settings.timeouts().connect;
-        let Some((_permit, mut slot)) = self.acquire(far).await else {
+        let Some(mut held) = self.acquire(far).await else {
             return Ok(None);
         };
-        if slot.as_ref().is_some_and(|c| !c.is_closed()) {
-            self.release(slot);
+        if held.connection.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(None);
         }
-        let opened = match self.settings.open().await {
-            Ok(opened) => opened,
-            Err(e) => {
-                self.release(None);
-                return Err(e);
-            }
-        };
-        let connection = slot.insert(opened);
+        let connection = held.connection.insert(self.settings.open().await?);
         let read = tokio::time::timeout(
             self.settings.timeouts().delivery,
             connection.query_typed(STATEMENT_BOUND, &[]),
@@ -376,7 +380,6 @@ impl Database {
             }),
             _ => None,
         };
-        self.release(slot);
         Ok(bound)
     }
 
@@ -392,22 +395,11 @@ impl Database {
     pub(crate) async fn run<W: Work>(&self, work: &W) -> Result<W::Output, DeliveryError> {
         let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
         // A free slot, within the delivery's own deadline: with more deliveries in flight
-        // than slots, one waits for another to finish.
-        let Some((_permit, mut slot)) = self.acquire(deadline).await else {
+        // than slots, one waits for another to finish. It goes back when this ends, however.
+        let Some(mut held) = self.acquire(deadline).await else {
             return Err(DeliveryError::TimedOut);
         };
-        let finished = self.run_on(&mut slot, work, deadline).await;
-        self.release(slot);
-        finished
-    }
-
-    /// [`Database::run`] on the slot it holds.
-    async fn run_on<W: Work>(
-        &self,
-        slot: &mut Option<Connection>,
-        work: &W,
-        deadline: tokio::time::Instant,
-    ) -> Result<W::Output, DeliveryError> {
+        let slot = &mut held.connection;
         // The cancel key of the connection a statement is in flight on, while it is.
         let in_flight = std::sync::Mutex::new(None);
         let answered = {

@@ -29,6 +29,8 @@ use crate::provider::Provider;
 use crate::receiver::{Limits, Receiver};
 use crate::response::Rejection;
 
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 /// The API Gateway response payload for one request, in the event's format.
 #[derive(Debug)]
 pub struct Payload {
@@ -150,6 +152,8 @@ impl<P: Provider> Receiver<P> {
     }
 }
 
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
 /// The answer to one invocation.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
@@ -215,27 +219,18 @@ async fn orphaned() {
 static BOUND_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl<P: Provider> Receiver<P> {
-    /// One invocation as the Runtime API handed it over: its log lines name it, its batch
-    /// stops taking records before its deadline, and the process's first checks the login's
-    /// statement bound against the function's timeout.
-    async fn invoke(&self, event: LambdaEvent<Invocation>) -> Answer {
-        let started = Instant::now();
-        let LambdaEvent { payload, context } = event;
-        crate::log::within(&context, async {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            let left = std::time::Duration::from_millis(context.deadline.saturating_sub(now_ms));
-            if !BOUND_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                // The first invocation's time left is the function's timeout, which Lambda
-                // puts in no variable.
-                self.check_statement_bound(left);
-            }
-            // The invocation's deadline, for a batch to stop taking records before it.
-            let deadline = tokio::time::Instant::now() + left;
-            self.answer(started, payload.0, Some(deadline)).await
-        })
-        .await
+    /// The deadline of the invocation `context` describes, for a batch to stop taking records
+    /// before it; the process's first checks the login's statement bound against the
+    /// function's timeout (that invocation's time left: Lambda puts it in no variable).
+    fn deadline(&self, context: &lambda_runtime::Context) -> tokio::time::Instant {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let left = std::time::Duration::from_millis(context.deadline.saturating_sub(now_ms));
+        if !BOUND_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.check_statement_bound(left);
+        }
+        tokio::time::Instant::now() + left
     }
 }
 
@@ -281,7 +276,16 @@ pub async fn serve_with<P: Provider>(
                     std::sync::Arc::clone(&counter),
                 );
                 async move {
-                    let answer = receiver.invoke(event).await;
+                    // Several at once: each invocation's lines name it through its task.
+                    let started = Instant::now();
+                    let invocation = crate::log::Invocation::of(&event.context);
+                    let answering = async {
+                        let deadline = receiver.deadline(&event.context);
+                        receiver
+                            .answer(started, event.payload.0, Some(deadline))
+                            .await
+                    };
+                    let answer = crate::log::within(invocation, answering).await;
                     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok::<_, lambda_runtime::Error>(answer)
                 }
@@ -305,7 +309,13 @@ pub async fn serve_with<P: Provider>(
         let (receiver, counter) = (&receiver, &*served);
         lambda_runtime::run(service_fn(
             move |event: LambdaEvent<Invocation>| async move {
-                let answer = receiver.invoke(event).await;
+                // One at a time: the process's one slot names the invocation.
+                let started = Instant::now();
+                crate::log::begin(&event.context);
+                let deadline = receiver.deadline(&event.context);
+                let answer = receiver
+                    .answer(started, event.payload.0, Some(deadline))
+                    .await;
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok::<_, lambda_runtime::Error>(answer)
             },

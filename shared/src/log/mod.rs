@@ -9,7 +9,7 @@
 //! below `AWS_LAMBDA_LOG_LEVEL` (which Lambda sets from the function's `ApplicationLogLevel`;
 //! `INFO` when unset) is not even built.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -115,29 +115,52 @@ impl Process {
 }
 
 tokio::task_local! {
-    /// The invocation the running task serves: one per invocation, so that an execution
-    /// environment serving several at once (Lambda Managed Instances) names each line's own.
+    /// The invocation the running task serves, when an execution environment serves several
+    /// at once (Lambda Managed Instances): each line names its own ([`within`]).
     static CURRENT: Invocation;
 }
+
+/// The invocation this process is serving when it serves one at a time ([`begin`]): one slot
+/// for the process is then exact, and costs a delivery no future of its own.
+static INVOCATION: Mutex<Invocation> = Mutex::new(Invocation {
+    // Before its first invocation a process is in its init phase, the cold start itself: the
+    // warm-up's "cold start" line says so beside its ColdStart metric.
+    cold_start: true,
+    function_arn: String::new(),
+    function_request_id: String::new(),
+    xray_trace_id: None,
+});
 
 /// Set once this process has begun its first invocation.
 static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Runs `serve` as the invocation the Runtime API just handed over (`context`): every line
-/// written while it runs names that invocation; the process's first is its cold start. Lines
-/// written outside any invocation name none, and before the first one say `cold_start`.
-pub async fn within<F: std::future::Future>(
-    context: &lambda_runtime::Context,
+/// Makes the invocation the Runtime API just handed over (`context`) the one every line
+/// names from now on, in a process that serves one at a time.
+pub fn begin(context: &lambda_runtime::Context) {
+    *INVOCATION.lock().unwrap_or_else(PoisonError::into_inner) = Invocation::of(context);
+}
+
+/// Runs `serve` as `invocation`, one of several a process serves at once: every line written
+/// while it runs names that invocation, not the process's slot ([`begin`]).
+pub fn within<F: std::future::Future>(
+    invocation: Invocation,
     serve: F,
-) -> F::Output {
-    let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
-    let invocation = Invocation {
-        cold_start,
-        function_arn: context.invoked_function_arn.clone(),
-        function_request_id: context.request_id.clone(),
-        xray_trace_id: context.xray_trace_id.clone(),
-    };
-    CURRENT.scope(invocation, serve).await
+) -> impl std::future::Future<Output = F::Output> {
+    CURRENT.scope(invocation, serve)
+}
+
+impl Invocation {
+    /// The invocation the Runtime API just handed over (`context`); the process's first is
+    /// its cold start (ask once per invocation).
+    pub fn of(context: &lambda_runtime::Context) -> Self {
+        let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            cold_start,
+            function_arn: context.invoked_function_arn.clone(),
+            function_request_id: context.request_id.clone(),
+            xray_trace_id: context.xray_trace_id.clone(),
+        }
+    }
 }
 
 /// Where log lines go (stdout in a function, memory in a test), at which level, and what
@@ -271,11 +294,9 @@ impl Log {
         };
         let line = match CURRENT.try_with(|invocation| serialize(invocation)) {
             Ok(line) => line,
-            // Outside an invocation: before the first, the init phase (the cold start itself).
-            Err(_) => serialize(&Invocation {
-                cold_start: !STARTED.load(std::sync::atomic::Ordering::Relaxed),
-                ..Invocation::default()
-            }),
+            // Serialised under the lock rather than cloned out of it: a process serving one
+            // invocation at a time has nothing waiting on it.
+            Err(_) => serialize(&INVOCATION.lock().unwrap_or_else(PoisonError::into_inner)),
         };
         if let Some(Ok(line)) = line.map(String::from_utf8) {
             (self.sink)(&line);

@@ -107,12 +107,16 @@ impl<P: Provider> Receiver<P> {
         }
     }
 
+    // The jobs' and tests', not a provider crate's: out of the documented surface.
+    #[doc(hidden)]
     /// Completes events from `api` before their claim ([`Provider::complete`]).
     pub fn with_sender_api(mut self, api: Option<crate::fetch::SenderApi>) -> Self {
         self.api = api;
         self
     }
 
+    // The jobs' and tests', not a provider crate's: out of the documented surface.
+    #[doc(hidden)]
     /// Takes the events of `bridge`'s partner event source from its event queue
     /// ([`crate::bridge`]); without one it takes no EventBridge event.
     pub fn with_bridge(mut self, bridge: Option<crate::bridge::Bridge>) -> Self {
@@ -120,6 +124,8 @@ impl<P: Provider> Receiver<P> {
         self
     }
 
+    // The jobs' and tests', not a provider crate's: out of the documented surface.
+    #[doc(hidden)]
     /// Keeps a verified delivery on `spill` when the database cannot take it, and answers
     /// 200 `queued` ([`crate::spill`]); without one such a delivery is answered 500.
     pub fn with_spill(mut self, spill: Option<crate::spill::Spill>) -> Self {
@@ -317,7 +323,8 @@ impl<P: Provider> Receiver<P> {
             headers: read_headers,
             received_at: unix_now(),
         };
-        match spill.put(&spilled).await {
+        // Boxed, as rare and large: the SDK call would otherwise size every delivery's future.
+        match Box::pin(spill.put(&spilled)).await {
             Ok(()) => (
                 Disposition::Queued,
                 Some(format!("{}; queued ({reason})", e.summary())),

@@ -1,7 +1,7 @@
 //! Amazon SQS as the functions meet it: the records Lambda's event source mapping hands a
 //! function, the partial batch response it answers with, a queue named by its URL or its ARN,
 //! the bodies SQS can carry ([`body`]) and the proof that a record came off a queue
-//! ([`receipt`]). The spill queue's drain and EventBridge's event queue both read through it.
+//! (`receipt`). The spill queue's drain and EventBridge's event queue both read through it.
 
 pub mod body;
 pub(crate) mod receipt;

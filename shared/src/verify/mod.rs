@@ -120,7 +120,7 @@ pub trait Sign {
 
 /// A signature scheme as one value: what verifies a delivery also signs one, so a provider's
 /// tests, the local run and the fuzzers sign through the very type the receiver checks with.
-/// Every type that implements [`Verify`] and [`Sign`] is one; [`crate::Provider::verifier`]
+/// Every type that implements [`Verify`] and [`Sign`] is one; [`crate::prelude::Provider::verifier`]
 /// returns it.
 pub trait Scheme: Verify + Sign {}
 

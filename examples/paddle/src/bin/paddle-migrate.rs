@@ -6,7 +6,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     claimonce_migrate::run_from_env_with(
         claimonce_migrations::SHARED,
         &[(
-            <paddle_webhook::Paddle as claimonce::ProviderName>::NAME,
+            <paddle_webhook::Paddle as claimonce::prelude::ProviderName>::NAME,
             paddle_webhook::MIGRATIONS,
         )],
     )

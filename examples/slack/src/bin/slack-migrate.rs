@@ -6,7 +6,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     claimonce_migrate::run_from_env_with(
         claimonce_migrations::SHARED,
         &[(
-            <slack_webhook::Slack as claimonce::ProviderName>::NAME,
+            <slack_webhook::Slack as claimonce::prelude::ProviderName>::NAME,
             slack_webhook::MIGRATIONS,
         )],
     )

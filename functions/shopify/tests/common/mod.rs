@@ -1,9 +1,10 @@
 //! What the Shopify suites share: the secret, a delivery signed by the scheme's own signer, and
 //! an order body.
 
+use claimonce::Receiver;
+use claimonce::prelude::Provider;
 use claimonce::verify::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::{Provider, Receiver};
 use claimonce_tests::apigw::{outcome, post_to};
 use serde_json::{Value, json};
 use shopify_webhook::Shopify;
