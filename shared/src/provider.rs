@@ -236,7 +236,7 @@ pub trait Provider: ProviderName + Send + Sync + 'static {
     fn plan<'e>(&'e self, event: &'e Parsed<Self::Event>) -> Plan<Self::Rust<'e>>;
 
     /// Answers a verified delivery that is no event but its sender checking the endpoint
-    /// (Slack's `url_verification`, whose `challenge` comes back in the body) with a small JSON
+    /// (a URL-verification request whose challenge must come back in the body) with a small JSON
     /// object of the provider's own ([`Handshake::json`]), before any parsing: no claim, nothing
     /// written, logged as `handshake`. `None`, the default, for a delivery that is an event,
     /// which [`Provider::parse`] then reads.
