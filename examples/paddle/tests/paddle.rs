@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use claimonce::prelude::ProviderName;
 use claimonce::Receiver;
+use claimonce::prelude::ProviderName;
 use claimonce::timestamp::unix_now;
 use claimonce::verify::Sign;
 use claimonce_local::kit::{self, Binary, answer};
