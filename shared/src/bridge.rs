@@ -7,10 +7,10 @@
 //! authenticated partner integration, and what reaches the function is trusted for where it
 //! came from. A record is taken only from the function's own event queue or its dead-letter
 //! queue (`eventSourceARN` naming `EVENT_QUEUE_URL`'s or `EVENT_DEAD_LETTER_QUEUE_URL`'s
-//! queue), only once SQS has vouched for its receipt handle on that queue
-//! (`claimonce::sqs`'s receipt proof: a direct invocation cannot make one up), and its envelope only
-//! when its `source` is the configured partner source (`<PROVIDER>_EVENT_SOURCE`) and its
-//! `account` the queue's own (ARCHITECTURE.md, "EventBridge").
+//! queue), only once SQS has vouched for its receipt handle on that queue (`claimonce::sqs`'s
+//! receipt proof: a direct invocation cannot make one up), and its envelope only when its
+//! `source` is the configured partner source (`<PROVIDER>_EVENT_SOURCE`) and its `account` the
+//! queue's own (ARCHITECTURE.md, "EventBridge").
 //!
 //! Why a queue and not the rule invoking the function: EventBridge invokes a Lambda target
 //! asynchronously, and Lambda retries a failed asynchronous invocation twice within about three
@@ -104,24 +104,21 @@ impl Bridge {
         })
     }
 
-    /// The queue a record from `arn` came from when it is one of this function's: the event
-    /// queue or its dead-letter queue.
-    fn queue_of(&self, arn: Option<&str>) -> Option<&Queue> {
-        std::iter::once(&self.queue)
-            .chain(self.dead_letter.as_ref())
-            .find(|q| q.name().is(arn))
+    /// This function's queues: the event queue, and its dead-letter queue when configured.
+    fn queues(&self) -> impl Iterator<Item = &Queue> {
+        std::iter::once(&self.queue).chain(self.dead_letter.as_ref())
     }
 
     /// True when a record from the queue `arn` is an EventBridge event for this function.
     pub(crate) fn takes(&self, arn: Option<&str>) -> bool {
-        self.queue_of(arn).is_some()
+        self.queues().any(|q| q.name().is(arn))
     }
 
     /// For each of `records`, whether it is proven to have come off this function's queue its
     /// ARN names ([`crate::sqs::receipt`]); `None` for a record of no such queue.
     pub(crate) async fn prove(&self, records: &[Record]) -> Vec<Option<Result<(), String>>> {
         let mut proofs: Vec<Option<Result<(), String>>> = records.iter().map(|_| None).collect();
-        for queue in std::iter::once(&self.queue).chain(self.dead_letter.as_ref()) {
+        for queue in self.queues() {
             let (indexes, from): (Vec<usize>, Vec<&Record>) = records
                 .iter()
                 .enumerate()

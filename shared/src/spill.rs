@@ -78,7 +78,7 @@ pub struct Spill {
     /// The dead-letter queue's ARN (`SPILL_DEAD_LETTER_QUEUE_ARN`), drained when an operator
     /// turns its event source on.
     dead_letter_arn: Option<String>,
-    client: tokio::sync::OnceCell<aws_sdk_sqs::Client>,
+    client: crate::sqs::LazyClient,
 }
 
 impl Spill {
@@ -129,7 +129,7 @@ impl Spill {
             queue: crate::sqs::QueueName::from_url(queue_url),
             timeout,
             dead_letter_arn: None,
-            client: tokio::sync::OnceCell::new(),
+            client: crate::sqs::LazyClient::default(),
         }
     }
 
@@ -149,13 +149,10 @@ impl Spill {
             ));
         }
         let send = async {
-            let client = self
+            let mut request = self
                 .client
-                .get_or_init(|| async {
-                    aws_sdk_sqs::Client::new(&crate::auth::aws_config().load().await)
-                })
-                .await;
-            let mut request = client
+                .get()
+                .await
                 .send_message()
                 .queue_url(&self.queue_url)
                 .message_body(body);

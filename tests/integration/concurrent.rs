@@ -14,7 +14,7 @@ use claimonce_tests::lambda::{Scheduled, failed_items, function, sample_event};
 use claimonce_tests::outage::Outage;
 use serde_json::{Value, json};
 
-use crate::eventbridge::{STRIPE_SOURCE, credit, stripe_bridged, stripe_webhook_of};
+use crate::eventbridge::{STRIPE_SOURCE, credit, fresh_queues, stripe_bridged, stripe_webhook_of};
 
 /// Invocations one environment serves at once here.
 const AT_ONCE: usize = 8;
@@ -247,13 +247,7 @@ async fn a_database_restart_with_eight_in_flight_is_healed_by_the_retries() {
 #[tokio::test]
 async fn event_queue_batches_at_once_in_one_environment_apply_each_event_once() {
     let db = TestDb::new().await;
-    let queues = claimonce_local::bridge::EventQueues::create(
-        &claimonce_tests::moto::moto().await.url,
-        &format!("t{}-concurrent-stripe", std::process::id()),
-        30,
-    )
-    .await
-    .expect("the event queues");
+    let queues = fresh_queues("stripe").await;
     let bridge = queues.function_env("stripe", STRIPE_SOURCE);
     let extra: Vec<(&str, &str)> = bridge
         .iter()

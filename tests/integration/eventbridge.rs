@@ -40,7 +40,7 @@ struct Sent {
 }
 
 /// Event queues no other test uses.
-async fn fresh_queues(provider: &str) -> EventQueues {
+pub(crate) async fn fresh_queues(provider: &str) -> EventQueues {
     static QUEUES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = QUEUES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let prefix = format!("t{}-{n}-{provider}", std::process::id());
@@ -104,7 +104,7 @@ impl Bridging {
     /// rather than sent again; one whose message was deleted is sent again, as EventBridge
     /// delivers an event twice.
     pub(crate) async fn take(&self, events: &[(&str, &Value)]) -> Vec<String> {
-        self.take_from(&self.queues.url.clone(), events).await
+        self.take_from(&self.queues.url, events).await
     }
 
     /// [`Bridging::take`] from the queue at `queue`.

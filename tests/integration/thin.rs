@@ -15,6 +15,12 @@ use crate::eventbridge::{Bridging, STRIPE_SOURCE, credit, stripe_bridged, stripe
 
 const KEY: &str = "rk_test_claimonce_thin";
 
+/// `event` as one of the connected account `account`'s (its `context`).
+fn in_account(mut event: Value, account: &str) -> Value {
+    event["context"] = json!(account);
+    event
+}
+
 /// A thin event notification as Stripe sends one.
 fn thin(id: &str, kind: &str, url: Option<&str>, snapshot_event: Option<&str>) -> Value {
     let mut event = json!({
@@ -154,13 +160,15 @@ async fn a_connected_account_s_thin_event_is_completed_in_its_context_and_never_
         invoice("in_connect1", "cus_Connect1", 4200),
     );
     let f = start(&db, &api, "3000").await;
-    let mut connected = thin(
-        "evt_test_connect1",
-        "v1.invoice.paid",
-        Some("/v1/invoices/in_connect1"),
-        None,
+    let connected = in_account(
+        thin(
+            "evt_test_connect1",
+            "v1.invoice.paid",
+            Some("/v1/invoices/in_connect1"),
+            None,
+        ),
+        "acct_1Connected",
     );
-    connected["context"] = json!("acct_1Connected");
     for expected in ["processed", "duplicate"] {
         assert_eq!(
             payload_outcome(&f.invoke(&stripe_webhook_of(&connected)).await),
@@ -170,13 +178,15 @@ async fn a_connected_account_s_thin_event_is_completed_in_its_context_and_never_
     assert_eq!(credit(&db).await, 4200);
 
     // The context is what reaches the object: the same event without it finds nothing.
-    let mut unreachable = thin(
-        "evt_test_connect2",
-        "v1.invoice.paid",
-        Some("/v1/invoices/in_connect1"),
-        None,
+    let unreachable = in_account(
+        thin(
+            "evt_test_connect2",
+            "v1.invoice.paid",
+            Some("/v1/invoices/in_connect1"),
+            None,
+        ),
+        "acct_1NotOurs",
     );
-    unreachable["context"] = json!("acct_1NotOurs");
     let (status, _) = payload_outcome(&f.invoke(&stripe_webhook_of(&unreachable)).await);
     assert_eq!(
         status, 500,
@@ -276,13 +286,15 @@ async fn a_connected_account_s_snapshot_and_thin_events_apply_the_same_effects_i
         payload_outcome(&f.invoke(&stripe_webhook_of(&snapshot)).await),
         (200, "processed".into())
     );
-    let mut twin = thin(
-        "evt_test_conntwin1",
-        "v1.invoice.paid",
-        None,
-        Some("evt_test_connsnap1"),
+    let twin = in_account(
+        thin(
+            "evt_test_conntwin1",
+            "v1.invoice.paid",
+            None,
+            Some("evt_test_connsnap1"),
+        ),
+        "acct_1Connected",
     );
-    twin["context"] = json!("acct_1Connected");
     assert_eq!(
         payload_outcome(&f.invoke(&stripe_webhook_of(&twin)).await),
         (200, "duplicate".into()),
@@ -291,22 +303,26 @@ async fn a_connected_account_s_snapshot_and_thin_events_apply_the_same_effects_i
 
     let undelivered = connected("evt_test_connsnap2", "cus_Connect2", 300);
     api.add(undelivered.to_string().as_bytes(), false);
-    let mut elsewhere = thin(
-        "evt_test_conntwin2",
-        "v1.invoice.paid",
-        None,
-        Some("evt_test_connsnap2"),
+    let elsewhere = in_account(
+        thin(
+            "evt_test_conntwin2",
+            "v1.invoice.paid",
+            None,
+            Some("evt_test_connsnap2"),
+        ),
+        "acct_1NotOurs",
     );
-    elsewhere["context"] = json!("acct_1NotOurs");
     let (status, _) = payload_outcome(&f.invoke(&stripe_webhook_of(&elsewhere)).await);
     assert_eq!(status, 500, "a 404 in a context is never ignored");
-    let mut twin = thin(
-        "evt_test_conntwin3",
-        "v1.invoice.paid",
-        None,
-        Some("evt_test_connsnap2"),
+    let twin = in_account(
+        thin(
+            "evt_test_conntwin3",
+            "v1.invoice.paid",
+            None,
+            Some("evt_test_connsnap2"),
+        ),
+        "acct_1Connected",
     );
-    twin["context"] = json!("acct_1Connected");
     assert_eq!(
         payload_outcome(&f.invoke(&stripe_webhook_of(&twin)).await),
         (200, "processed".into())
@@ -349,13 +365,15 @@ async fn stripe_recover_lists_and_completes_a_connected_account_s_events_in_its_
     snapshot["data"]["object"]["customer"] = json!("cus_ConnRec");
     snapshot["data"]["object"]["amount_paid"] = json!(50);
     api.add(snapshot.to_string().as_bytes(), false);
-    let mut lost = thin(
-        "evt_test_connrec2",
-        "v1.invoice.paid",
-        Some("/v1/invoices/in_connrec"),
-        None,
+    let lost = in_account(
+        thin(
+            "evt_test_connrec2",
+            "v1.invoice.paid",
+            Some("/v1/invoices/in_connrec"),
+            None,
+        ),
+        "acct_1Connected",
     );
-    lost["context"] = json!("acct_1Connected");
     api.add(lost.to_string().as_bytes(), false);
     let recover = |contexts: &'static str| {
         let env = [

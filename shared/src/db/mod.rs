@@ -1,9 +1,9 @@
 //! The database connections: settings from the environment, verified TLS through rustls, at
 //! most one connection per delivery in flight in the execution environment (one, classically;
 //! up to [`Database::with_connections`] on Lambda Managed Instances), each reused and re-made
-//! when found closed, and a bound on every wait. It runs a delivery's `Work` with its deadline, reconnect and cancel,
-//! and knows nothing of claims: what the work sends is the claim layer's
-//! ([`crate::pipeline`]).
+//! when found closed, and a bound on every wait. It runs a delivery's `Work` with its
+//! deadline, reconnect and cancel, and knows nothing of claims: what the work sends is the
+//! claim layer's ([`crate::pipeline`]).
 
 mod error;
 mod settings;

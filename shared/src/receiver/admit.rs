@@ -18,56 +18,55 @@ pub(super) enum Proof {
     Origin,
 }
 
-impl<P: Provider> Receiver<P> {
-    /// `body` and `headers` proven by `proof`, then answered by the provider's handshake (a
-    /// webhook's only) or parsed: the event with its body's SHA-256. `unsigned` is how the
-    /// parser reads the headers (noting them, for a spill queue's copy, or not).
-    pub(super) fn admit_bytes(
-        &self,
-        body: &[u8],
-        headers: &http::HeaderMap,
-        unsigned: &Unsigned<'_>,
-        proof: Proof,
-    ) -> Result<Admission<P::Event>, Rejection> {
-        let provider = self.provider();
-        let verified = match proof {
-            Proof::Webhook { now } => provider
+/// `body` and `headers` proven by `proof`, then answered by `provider`'s handshake (a
+/// webhook's only) or parsed: the event with its body's SHA-256. `unsigned` is how the parser
+/// reads the headers (noting them, for a spill queue's copy, or not).
+pub(super) fn admit_bytes<P: Provider>(
+    provider: &P,
+    body: &[u8],
+    headers: &http::HeaderMap,
+    unsigned: &Unsigned<'_>,
+    proof: Proof,
+) -> Result<Admission<P::Event>, Rejection> {
+    let verified = match proof {
+        Proof::Webhook { now } => provider
+            .verifier()
+            .ok_or_else(takes_no_webhooks)?
+            .verify(headers, body, now)?,
+        Proof::Spilled => {
+            let verified = provider
                 .verifier()
                 .ok_or_else(takes_no_webhooks)?
-                .verify(headers, body, now)?,
-            Proof::Spilled => {
-                let verified = provider
-                    .verifier()
-                    .ok_or_else(takes_no_webhooks)?
-                    .authenticate(headers, body)?;
-                if verified.signed_at.is_some_and(|at| {
-                    unix_now().saturating_sub(at) > crate::spill::SPILLED_SIGNATURE_MAX_AGE
-                }) {
-                    return Err(Rejection::new(
-                        Problem::StaleTimestamp,
-                        "the signature is older than any spilled message can be (the spill \
-                         queues' 14 days and the largest tolerance)",
-                    ));
-                }
-                verified
+                .authenticate(headers, body)?;
+            if verified.signed_at.is_some_and(|at| {
+                unix_now().saturating_sub(at) > crate::spill::SPILLED_SIGNATURE_MAX_AGE
+            }) {
+                return Err(Rejection::new(
+                    Problem::StaleTimestamp,
+                    "the signature is older than any spilled message can be (the spill \
+                     queues' 14 days and the largest tolerance)",
+                ));
             }
-            Proof::Origin => crate::verify::Verified::default(),
-        };
-        let signed = Signed::new(body, verified);
-        if let Proof::Webhook { .. } = proof
-            && let Some(answer) = provider.handshake(&signed, unsigned)
-        {
-            return answer.map(Admission::Handshake);
+            verified
         }
-        let parsed = provider.parse(&signed, unsigned)?;
-        Ok(Admission::Delivery(Admitted {
-            parsed,
-            payload_sha256: *signed.sha256(),
-            read_headers: Vec::new(),
-        }))
+        Proof::Origin => crate::verify::Verified::default(),
+    };
+    let signed = Signed::new(body, verified);
+    if let Proof::Webhook { .. } = proof
+        && let Some(answer) = provider.handshake(&signed, unsigned)
+    {
+        return answer.map(Admission::Handshake);
     }
+    let parsed = provider.parse(&signed, unsigned)?;
+    Ok(Admission::Delivery(Admitted {
+        parsed,
+        payload_sha256: *signed.sha256(),
+        read_headers: Vec::new(),
+    }))
+}
 
-    /// [`Receiver::admit_bytes`] for a way in that answers no handshake: the event and its
+impl<P: Provider> Receiver<P> {
+    /// [`admit_bytes`] for a way in that answers no handshake: the event and its
     /// body's SHA-256.
     pub(super) fn admit_event(
         &self,
@@ -75,7 +74,8 @@ impl<P: Provider> Receiver<P> {
         headers: &http::HeaderMap,
         proof: Proof,
     ) -> Result<(Parsed<P::Event>, [u8; 32]), Rejection> {
-        match self.admit_bytes(body, headers, &Unsigned::new(headers), proof)? {
+        let provider = self.provider();
+        match admit_bytes(&*provider, body, headers, &Unsigned::new(headers), proof)? {
             Admission::Delivery(admitted) => Ok((admitted.parsed, admitted.payload_sha256)),
             Admission::Handshake(_) => Err(Rejection::new(
                 Problem::InvalidPayload,

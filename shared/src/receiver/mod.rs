@@ -210,7 +210,8 @@ impl<P: Provider> Receiver<P> {
         // The headers the scheme and the parser read are kept only for a spill queue's
         // message, which the drain verifies and parses again.
         let read = std::cell::RefCell::new(Vec::new());
-        let unsigned = match (&self.spill, self.provider().verifier()) {
+        let provider = self.provider();
+        let unsigned = match (&self.spill, provider.verifier()) {
             (Some(_), Some(verifier)) => {
                 let signature = verifier.signature_headers().iter().filter_map(|name| {
                     let value = crate::verify::one_header(request.headers(), name).ok()??;
@@ -221,7 +222,8 @@ impl<P: Provider> Receiver<P> {
             }
             _ => Unsigned::new(request.headers()),
         };
-        let admission = self.admit_bytes(
+        let admission = admit::admit_bytes(
+            &*provider,
             body,
             request.headers(),
             &unsigned,

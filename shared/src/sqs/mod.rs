@@ -62,6 +62,23 @@ impl Record {
     }
 }
 
+/// An SQS client made at its first use from the process's AWS configuration
+/// (`AWS_ENDPOINT_URL_SQS` redirects it, to a VPC endpoint or a test), so that a function
+/// that never calls SQS pays nothing for it, cold start included.
+#[derive(Debug, Default)]
+pub(crate) struct LazyClient(tokio::sync::OnceCell<aws_sdk_sqs::Client>);
+
+impl LazyClient {
+    /// The client, made now if this is its first use.
+    pub(crate) async fn get(&self) -> &aws_sdk_sqs::Client {
+        self.0
+            .get_or_init(|| async {
+                aws_sdk_sqs::Client::new(&crate::auth::aws_config().load().await)
+            })
+            .await
+    }
+}
+
 /// A queue's account and name: what its URL (`https://<host>/<account>/<name>`) and its ARN
 /// (`arn:<partition>:sqs:<region>:<account>:<name>`) have in common, so that a record's
 /// `eventSourceARN` can be matched to a queue configured by URL.

@@ -51,7 +51,7 @@ impl Queue {
 /// The SQS client the proofs are asked of, made at the first one.
 #[derive(Debug, Default)]
 pub(crate) struct Receipts {
-    client: tokio::sync::OnceCell<aws_sdk_sqs::Client>,
+    client: super::LazyClient,
 }
 
 impl Receipts {
@@ -80,21 +80,14 @@ impl Receipts {
         }
     }
 
-    async fn client(&self) -> &aws_sdk_sqs::Client {
-        self.client
-            .get_or_init(|| async {
-                aws_sdk_sqs::Client::new(&crate::auth::aws_config().load().await)
-            })
-            .await
-    }
-
     /// The queue's visibility timeout, read once.
     async fn visibility(&self, queue: &Queue) -> Result<i32, String> {
         let read = queue
             .visibility
             .get_or_try_init(|| async {
                 let attributes = self
-                    .client()
+                    .client
+                    .get()
                     .await
                     .get_queue_attributes()
                     .queue_url(&queue.url)
@@ -128,6 +121,9 @@ impl Receipts {
                 }
             })
             .collect();
+        if proven.iter().all(Result::is_err) {
+            return Ok(proven);
+        }
         let visibility = self.visibility(queue).await?;
         let mut entries = Vec::with_capacity(records.len());
         for (i, (record, proof)) in records.iter().zip(&proven).enumerate() {
@@ -141,11 +137,9 @@ impl Receipts {
                 entries.push(entry);
             }
         }
-        if entries.is_empty() {
-            return Ok(proven);
-        }
         let answer = self
-            .client()
+            .client
+            .get()
             .await
             .change_message_visibility_batch()
             .queue_url(&queue.url)
