@@ -341,8 +341,9 @@ async fn an_event_not_of_its_source_account_or_queue_is_never_applied() {
 }
 
 /// A record SQS never handed out is never applied, whatever its fields say: a direct invoke
-/// with the event queue's ARN and a genuine envelope, but a made-up receipt handle, none, or
-/// the real handle of a message received from another queue, is reported failed, its line
+/// with the event queue's ARN and a genuine envelope, but a made-up receipt handle, none, the
+/// real handle of a message received from another queue, or that of a past receive of a
+/// message now visible again (moto's server refuses it as SQS does), is reported failed, its line
 /// naming SQS's refusal (the queue was asked), and writes nothing. The same event put on the
 /// queue and received from it is applied.
 #[tokio::test]
@@ -361,6 +362,22 @@ async fn a_record_sqs_never_handed_out_applies_nothing() {
     let id = f.queues.send(&other, &event).await.expect("sent");
     let elsewhere = f.queues.receive(&other, &[id]).await.expect("received");
     let elsewhere = elsewhere[0].receipt_handle().expect("a handle");
+    // A message of the event queue itself, received and then visible again (its visibility
+    // ended): the handle of that past receive proves nothing now.
+    let id = f.queues.send(&f.queues.url, &event).await.expect("sent");
+    let stale = f
+        .queues
+        .receive(&f.queues.url, &[id])
+        .await
+        .expect("received");
+    let stale = stale[0].receipt_handle().expect("a handle").to_owned();
+    sqs.change_message_visibility()
+        .queue_url(&f.queues.url)
+        .receipt_handle(&stale)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("visible again");
     let arn = claimonce_local::spill::queue_arn(&f.queues.url);
     let record = |id: &str, handle: Option<&str>| {
         let mut record = json!({"messageId": id, "body": event.to_string(),
@@ -375,29 +392,43 @@ async fn a_record_sqs_never_handed_out_applies_nothing() {
         record("made-up", Some("AQEBmadeUpByAnInvokerWhoReceivedNothing==")),
         record("none", None),
         record("another queue's", Some(elsewhere)),
+        record("handed out again", Some(&stale)),
     ]});
     let answer = f.invoke(&forged).await;
     let failed = claimonce_tests::lambda::failed_items(&answer);
-    assert_eq!(failed, ["made-up", "none", "another queue's"]);
+    assert_eq!(
+        failed,
+        ["made-up", "none", "another queue's", "handed out again"]
+    );
     let errors: Vec<String> = f
         .lines("bridged")
         .iter()
         .map(|l| l["error"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert_eq!(errors.len(), 4, "{errors:?}");
     for (i, why) in [
         (0, "ReceiptHandleIsInvalid"),
         (1, "no receipt handle"),
         (2, "ReceiptHandleIsInvalid"),
+        (3, "MessageNotInflight"),
     ] {
         assert!(errors[i].contains("not proven"), "{errors:?}");
         assert!(errors[i].contains(why), "{i}: {errors:?}");
     }
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     assert_eq!(credit(&db).await, 0);
+    sqs.delete_message()
+        .queue_url(&f.queues.url)
+        .receipt_handle(&stale)
+        .send()
+        .await
+        .expect("the stale message gone");
 
     assert!(f.take(&[("received", &event)]).await.is_empty());
-    assert_eq!(f.bridged(), ["error", "error", "error", "processed"]);
+    assert_eq!(
+        f.bridged(),
+        ["error", "error", "error", "error", "processed"]
+    );
     assert_eq!(credit(&db).await, 700);
 }
 
