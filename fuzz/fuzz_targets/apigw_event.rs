@@ -1,5 +1,5 @@
 //! Arbitrary bytes as the raw API Gateway event a Lambda invocation carries, through
-//! `Receiver::handle_event` of every registered receiver: the whole boundary (event reading,
+//! `lambda::handle_event` of every registered receiver: the whole boundary (event reading,
 //! base64, method, size, headers, signature) as the runtime drives it.
 //!
 //! Every answer must be an API Gateway response payload with one of the statuses the policy
@@ -59,7 +59,7 @@ fuzz_target!(|data: &[u8]| {
     receivers.take_log();
     for receiver in &receivers.all {
         // The payload as the runtime sends it: serialised.
-        let payload = RUNTIME.block_on(receiver.handle_event(event));
+        let payload = RUNTIME.block_on(claimonce::lambda::handle_event(&receiver, event));
         let sent = serde_json::to_value(&payload).expect("the payload serialises");
         check(&sent, &receivers.take_log());
     }

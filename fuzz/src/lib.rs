@@ -120,7 +120,7 @@ impl<P: Provider> Fuzzed for Registered<P> {
         &'a self,
         event: &'a str,
     ) -> std::pin::Pin<Box<dyn Future<Output = Payload> + 'a>> {
-        Box::pin(self.receiver.handle_event(event))
+        Box::pin(claimonce::lambda::handle_event(&self.receiver, event))
     }
 }
 

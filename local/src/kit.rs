@@ -94,7 +94,7 @@ pub fn answer(payload: &Value) -> (u16, String) {
 
 /// Hands `event` to `receiver` as the function's runtime does; its [`answer`].
 pub async fn deliver<P: Provider>(receiver: &Receiver<P>, event: &Value) -> (u16, String) {
-    let payload = receiver.handle_event(&event.to_string()).await;
+    let payload = claimonce::lambda::handle_event(receiver, &event.to_string()).await;
     answer(&serde_json::to_value(&payload).unwrap_or_default())
 }
 

@@ -178,6 +178,6 @@ pub mod prelude {
 }
 
 pub use ids::MAX_EVENT_ID_LEN;
-pub use lambda::{run_from_env, serve};
+pub use lambda::from_env::run_from_env;
 pub use receiver::{Admission, Admitted, Limits, Receiver, Recovered};
 pub use response::Disposition;

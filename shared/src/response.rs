@@ -4,8 +4,7 @@
 //! 200 for processed, duplicate and ignored; 400 (RFC 9457 `application/problem+json`) for a
 //! request that can never succeed; 500 with a generic body for a failure on our side.
 
-use lambda_http::Body;
-use lambda_http::http::{Response, StatusCode, header};
+use http::{Response, StatusCode, header};
 use serde::Serialize;
 
 /// Why a request was refused. Every variant is a request that can never succeed as sent.
@@ -171,7 +170,7 @@ impl Disposition {
     }
 
     /// The full HTTP response for this disposition.
-    pub fn into_response(self) -> Response<Body> {
+    pub fn into_response(self) -> Response<String> {
         let status = self.status();
         let (content_type, body) = match &self {
             Disposition::Processed
@@ -202,7 +201,7 @@ impl Disposition {
                 ),
             ),
         };
-        let mut response = Response::new(Body::Text(body));
+        let mut response = Response::new(body);
         *response.status_mut() = status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -247,7 +246,7 @@ mod tests {
         let answer = Handshake::json(&serde_json::json!({"challenge": "abc"})).expect("an object");
         let response = Disposition::Handshake(answer).into_response();
         assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(response.body().as_ref(), br#"{"challenge":"abc"}"#);
+        assert_eq!(response.body(), r#"{"challenge":"abc"}"#);
         assert_eq!(
             response
                 .headers()

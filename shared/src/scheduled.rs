@@ -57,7 +57,7 @@ where
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Value>| {
-            crate::log::begin(&event.context);
+            crate::lambda::begin(&event.context);
             job(
                 Budget::before_deadline(event.context.deadline(), margin),
                 event.payload,

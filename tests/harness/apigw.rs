@@ -1,6 +1,6 @@
 //! API Gateway events as API Gateway sends them, handed to a receiver the way the function
 //! binaries hand them over (the event's text through the project's own event reader,
-//! `Receiver::handle_event`), and helpers to read the responses.
+//! `lambda::handle_event`), and helpers to read the responses.
 
 use std::borrow::Borrow;
 use std::ops::Deref;
@@ -138,9 +138,9 @@ impl Deref for Answer {
 }
 
 /// Hands `event` to `receiver` as a function binary does: its text through the project's own
-/// event reader (`Receiver::handle_event`), the boundary that runs on Lambda.
+/// event reader (`lambda::handle_event`), the boundary that runs on Lambda.
 pub async fn send_event<P: Provider>(receiver: &Receiver<P>, event: &Value) -> Answer {
-    Answer(receiver.handle_event(&event.to_string()).await)
+    Answer(claimonce::lambda::handle_event(receiver, &event.to_string()).await)
 }
 
 /// A POST to `path` through an HTTP API (payload format 2.0), delivered to `receiver` as a

@@ -40,7 +40,8 @@ impl Watched {
     async fn payload_of(&self, event: &str) -> Value {
         let before = self.proxy.traffic();
         let payload =
-            serde_json::to_value(self.receiver.handle_event(event).await).expect("a JSON payload");
+            serde_json::to_value(claimonce::lambda::handle_event(&self.receiver, event).await)
+                .expect("a JSON payload");
         let after = self.proxy.traffic();
         if payload["statusCode"] == 200 {
             assert!(after.1 > before.1, "a 200 that never reached the database");
@@ -411,8 +412,10 @@ async fn an_unreadable_sqs_batch_fails_every_record_it_can_name_and_reaches_no_d
     ] {
         let event = json!({ "Records": records }).to_string();
         let before = watched.proxy.traffic();
-        let answer =
-            serde_json::to_value(watched.receiver.handle_invocation(&event).await).expect("JSON");
+        let answer = serde_json::to_value(
+            claimonce::lambda::handle_invocation(&watched.receiver, &event).await,
+        )
+        .expect("JSON");
         assert_eq!(answer, json!({ "batchItemFailures": failed }), "{records}");
         assert_eq!(
             watched.proxy.traffic(),

@@ -915,7 +915,11 @@ async fn a_github_forward_holding_characters_sqs_refuses_reaches_its_queue_and_v
     })
     .to_string();
     assert_eq!(
-        outcome(receiver.handle_event(&event).await.response()),
+        outcome(
+            claimonce::lambda::handle_event(&receiver, &event)
+                .await
+                .response()
+        ),
         (200, "processed".to_owned())
     );
     assert_eq!(relay_binary(&db, &queue, &moto.url).await["dispatched"], 1);

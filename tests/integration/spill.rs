@@ -1086,8 +1086,8 @@ async fn a_function_without_a_spill_queue_drains_nothing() {
 }
 
 /// The HTTP path never drains: an SQS event holding a well-formed spilled delivery, handed to
-/// `Receiver::handle_event` (the API Gateway entry point), is refused as not an API Gateway
-/// event and writes nothing; only `handle_invocation` applies it.
+/// `lambda::handle_event` (the API Gateway entry point), is refused as not an API Gateway
+/// event and writes nothing; only `lambda::handle_invocation` applies it.
 #[tokio::test]
 async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     let db = TestDb::new().await;
@@ -1110,11 +1110,13 @@ async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
         "arn:aws:sqs:us-east-1:123456789012:spill",
     )]})
     .to_string();
-    let refused = receiver.handle_event(&event).await;
+    let refused = claimonce::lambda::handle_event(&receiver, &event).await;
     assert_eq!(refused.status(), 400);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     // The same event as an invocation is drained: the delivery is applied.
-    let drained = serde_json::to_value(receiver.handle_invocation(&event).await).expect("JSON");
+    let drained =
+        serde_json::to_value(claimonce::lambda::handle_invocation(&receiver, &event).await)
+            .expect("JSON");
     assert_eq!(drained, json!({"batchItemFailures": []}));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
 }

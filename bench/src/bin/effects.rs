@@ -1,5 +1,5 @@
 //! The two effect forms side by side, on the same order events through the real receiver
-//! (`Receiver::handle_event`) as Shopify's own login (so the Rust path pays its row-level
+//! (`lambda::handle_event`) as Shopify's own login (so the Rust path pays its row-level
 //! security): the SQL effect (`shopify_keep_order_v1`, one statement with the claim), the
 //! same upsert as a Rust effect, and the shipped Rust effect (the upsert and a timeline row).
 //! Per 1,000 deliveries: round trips (counted by the wire proxy on a first pass), handler CPU
@@ -146,7 +146,7 @@ async fn deliver(form: Form, url: &str, events: Arc<Vec<String>>, clients: usize
                 let Some(raw) = events.get(usize::try_from(n).unwrap_or(usize::MAX)) else {
                     break processed;
                 };
-                let payload = receiver.handle_event(raw).await;
+                let payload = claimonce::lambda::handle_event(&receiver, raw).await;
                 if &payload.response().body()[..] == br#"{"disposition":"processed"}"# {
                     processed += 1;
                 }

@@ -1,4 +1,4 @@
-//! The load benchmark: the real handler path (`Receiver::handle_event`, from the raw API
+//! The load benchmark: the real handler path (`lambda::handle_event`, from the raw API
 //! Gateway event to the response payload) in N execution environments, each with its own
 //! connection, dealt over `--threads` OS threads (each a current-thread runtime, as a Lambda
 //! process runs) as pgbench deals its clients over its `-j` threads, against a private
@@ -283,7 +283,7 @@ async fn environment(
             };
             let amount = *amount;
             let t0 = Instant::now();
-            let payload = receiver.handle_event(raw).await;
+            let payload = claimonce::lambda::handle_event(&receiver, raw).await;
             // What the runtime sends back to Lambda: the payload, serialised.
             let sent = serde_json::to_vec(&payload).map_or(0, |v| v.len());
             latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));

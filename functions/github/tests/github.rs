@@ -53,7 +53,11 @@ async fn deliver(
 
 /// Hands `api_event` to `receiver` as the binary does: its [`outcome`].
 async fn answer(receiver: &Receiver<GitHub>, api_event: &str) -> (u16, String) {
-    outcome(receiver.handle_event(api_event).await.response())
+    outcome(
+        claimonce::lambda::handle_event(receiver, api_event)
+            .await
+            .response(),
+    )
 }
 
 fn installation(action: &str, id: i64, updated_at: &str, extra: Value) -> Vec<u8> {

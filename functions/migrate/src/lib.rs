@@ -143,7 +143,7 @@ pub async fn run_from_env_with(
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = work_deadline(event.context.deadline);
-        claimonce::log::begin(&event.context);
+        claimonce::lambda::begin(&event.context);
         migrator
             .handle_until(&event.payload, Some(deadline))
             .await

@@ -19,8 +19,12 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::receiver::ApiRequestId;
 use crate::response::{Problem, Rejection};
+
+/// API Gateway's id for the request (`requestContext.requestId`): the delivery's log line
+/// carries it, as API Gateway's access log does.
+#[derive(Debug, Clone)]
+pub(super) struct ApiRequestId(pub(super) String);
 
 /// The most header lines an event may carry (a name with several values counts once per
 /// value); an event with more is a 400. `http`'s `HeaderMap` panics past about 24,000 names,

@@ -75,7 +75,7 @@ impl Level {
 
 /// What every line of one invocation says about it, from the Runtime API's answer.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// True for the first invocation of this process (execution environment).
     pub cold_start: bool,
     /// The ARN the function was invoked by (`Lambda-Runtime-Invoked-Function-Arn`).
@@ -134,15 +134,15 @@ static INVOCATION: Mutex<Invocation> = Mutex::new(Invocation {
 /// Set once this process has begun its first invocation.
 static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Makes the invocation the Runtime API just handed over (`context`) the one every line
-/// names from now on, in a process that serves one at a time.
-pub fn begin(context: &lambda_runtime::Context) {
-    *INVOCATION.lock().unwrap_or_else(PoisonError::into_inner) = Invocation::of(context);
+/// Makes `invocation`, the one the Runtime API just handed over, the one every line names from
+/// now on, in a process that serves one at a time.
+pub(crate) fn begin(invocation: Invocation) {
+    *INVOCATION.lock().unwrap_or_else(PoisonError::into_inner) = invocation;
 }
 
 /// Runs `serve` as `invocation`, one of several a process serves at once: every line written
 /// while it runs names that invocation, not the process's slot ([`begin`]).
-pub fn within<F: std::future::Future>(
+pub(crate) fn within<F: std::future::Future>(
     invocation: Invocation,
     serve: F,
 ) -> impl std::future::Future<Output = F::Output> {
@@ -150,15 +150,20 @@ pub fn within<F: std::future::Future>(
 }
 
 impl Invocation {
-    /// The invocation the Runtime API just handed over (`context`); the process's first is
-    /// its cold start (ask once per invocation).
-    pub fn of(context: &lambda_runtime::Context) -> Self {
+    /// The invocation the Runtime API just handed over, by the ARN it was invoked by, its
+    /// request id and its trace header; the process's first is its cold start (ask once per
+    /// invocation).
+    pub(crate) fn next(
+        function_arn: String,
+        function_request_id: String,
+        xray_trace_id: Option<String>,
+    ) -> Self {
         let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
         Self {
             cold_start,
-            function_arn: context.invoked_function_arn.clone(),
-            function_request_id: context.request_id.clone(),
-            xray_trace_id: context.xray_trace_id.clone(),
+            function_arn,
+            function_request_id,
+            xray_trace_id,
         }
     }
 }

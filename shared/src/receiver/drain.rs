@@ -96,6 +96,17 @@ impl<P: Provider> Receiver<P> {
         response
     }
 
+    /// Logs an SQS batch that cannot be read and reports every record of it failed: how many
+    /// of its records could be named, nothing of their contents.
+    pub(crate) fn unreadable_batch(&self, ids: &[String]) -> crate::sqs::BatchResponse {
+        self.log.write(
+            Level::Error,
+            "an SQS batch that cannot be read: every record reported failed",
+            serde_json::json!({"named_records": ids.len()}),
+        );
+        crate::sqs::BatchResponse::all_failed(ids)
+    }
+
     /// Whether a record's bounds fit before `deadline` (always, with none): the database's,
     /// and with `api`, the sender's API's too.
     fn fits(&self, deadline: Option<tokio::time::Instant>, api: bool) -> bool {
@@ -133,14 +144,12 @@ impl<P: Provider> Receiver<P> {
     ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
         if self.provider().completes(&parsed) && !self.fits(deadline, true) {
             return Err(Outcome {
-                event_id: Some(parsed.event_id),
-                event_type: Some(parsed.event_type),
-                delivery_id: parsed.delivery_id,
-                ..Outcome::failed(
+                error: Some(
                     "not completed: the sender's API bound no longer fits before the \
                      invocation's deadline; received again"
                         .to_owned(),
-                )
+                ),
+                ..Outcome::of(parsed, Disposition::Error)
             });
         }
         self.complete(parsed, payload_sha256).await
@@ -186,11 +195,9 @@ impl<P: Provider> Receiver<P> {
         if let Some(reason) = *unavailable {
             let why = format!("not tried: the database is unavailable ({reason})");
             return Outcome {
-                event_id: Some(parsed.event_id),
-                event_type: Some(parsed.event_type),
-                delivery_id: parsed.delivery_id,
+                error: Some(why),
                 waits_for_database: true,
-                ..Outcome::failed(why)
+                ..Outcome::of(parsed, Disposition::Error)
             };
         }
         let settled = self.settle(&parsed, payload_sha256).await;

@@ -3,8 +3,6 @@
 
 use std::time::Instant;
 
-use lambda_http::http::Method;
-use lambda_http::{Body, Request, Response};
 use serde_json::Map;
 
 mod admit;
@@ -14,6 +12,7 @@ mod environment;
 mod outcome;
 mod recover;
 mod secrets;
+mod webhook;
 
 use self::outcome::{Outcome, Via};
 pub use self::recover::Recovered;
@@ -27,11 +26,6 @@ use crate::metrics;
 use crate::pipeline::{Claim, Finished};
 use crate::provider::{Parsed, Provider, Signed, Unsigned};
 use crate::response::{Disposition, Problem, Rejection};
-
-/// API Gateway's id for the request (`requestContext.requestId`), as the Lambda boundary
-/// read it: the delivery's log line carries it, as API Gateway's access log does.
-#[derive(Debug, Clone)]
-pub(crate) struct ApiRequestId(pub(crate) String);
 
 /// Limits on what is accepted before any work is done.
 #[derive(Debug, Clone)]
@@ -142,146 +136,6 @@ impl<P: Provider> Receiver<P> {
         std::sync::Arc::clone(&held)
     }
 
-    /// Handles one request and always answers: it never panics and never fails.
-    pub(crate) async fn handle(&self, request: Request) -> Response<Body> {
-        let started = Instant::now();
-        let delivery = self.deliver(&request).await;
-        let request_id = request
-            .extensions()
-            .get::<ApiRequestId>()
-            .map(|id| id.0.as_str());
-        self.finish(started, request_id, delivery)
-    }
-
-    /// Answers a request refused before it could be read (at the Lambda boundary).
-    pub(crate) fn refuse(&self, started: Instant, rejection: Rejection) -> Response<Body> {
-        self.finish(started, None, Outcome::rejected(rejection, None))
-    }
-
-    /// Logs an SQS batch that cannot be read (every record of it is reported failed): how many
-    /// of its records could be named, nothing of their contents.
-    pub(crate) fn refuse_batch(&self, ids: &[String]) {
-        self.log.write(
-            Level::Error,
-            "an SQS batch that cannot be read: every record reported failed",
-            serde_json::json!({"named_records": ids.len()}),
-        );
-    }
-
-    /// Logs the delivery's one line and turns its disposition into the response.
-    fn finish(
-        &self,
-        started: Instant,
-        request_id: Option<&str>,
-        delivery: Outcome,
-    ) -> Response<Body> {
-        let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let latency_ms = latency_us as f64 / 1000.0;
-        if self.log.enabled(Level::Debug)
-            && let Disposition::Rejected(r) = &delivery.disposition
-        {
-            // Why, beyond the problem's slug: our own words, never request data.
-            self.log.write(
-                Level::Debug,
-                "rejected",
-                serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
-            );
-        }
-        self.log_outcome(Via::Webhook { request_id }, &delivery, latency_ms);
-        delivery.disposition.into_response()
-    }
-
-    /// Everything before the database: method, size, signature, parsing. Pure but for the
-    /// clock; a request it refuses never reaches the database.
-    pub fn admit(&self, request: &Request, now: u64) -> Result<Admission<P::Event>, Rejection> {
-        if request.method() != Method::POST {
-            return Err(Rejection::new(
-                Problem::MethodNotAllowed,
-                "webhooks are delivered with POST",
-            ));
-        }
-        let body: &[u8] = request.body();
-        if body.len() > self.limits.max_body_bytes {
-            return Err(Rejection::new(
-                Problem::PayloadTooLarge,
-                "the body is larger than this receiver accepts",
-            ));
-        }
-        // The headers the scheme and the parser read are kept only for a spill queue's
-        // message, which the drain verifies and parses again.
-        let read = std::cell::RefCell::new(Vec::new());
-        let provider = self.provider();
-        let unsigned = match (&self.spill, provider.verifier()) {
-            (Some(_), Some(verifier)) => {
-                let signature = verifier.signature_headers().iter().filter_map(|name| {
-                    let value = crate::verify::one_header(request.headers(), name).ok()??;
-                    Some(((*name).to_owned(), value.to_owned()))
-                });
-                read.borrow_mut().extend(signature);
-                Unsigned::noting(request.headers(), &read)
-            }
-            _ => Unsigned::new(request.headers()),
-        };
-        let admission = admit::admit_bytes(
-            &*provider,
-            body,
-            request.headers(),
-            &unsigned,
-            admit::Proof::Webhook { now },
-        )?;
-        Ok(match admission {
-            Admission::Delivery(admitted) => Admission::Delivery(Admitted {
-                read_headers: read.into_inner(),
-                ..admitted
-            }),
-            handshake => handshake,
-        })
-    }
-
-    async fn deliver(&self, request: &Request) -> Outcome {
-        let admitted = match self
-            .with_fresh_secrets(|| self.admit(request, unix_now()))
-            .await
-        {
-            Ok(Admission::Delivery(admitted)) => admitted,
-            Ok(Admission::Handshake(answer)) => {
-                return Outcome {
-                    event_id: None,
-                    event_type: None,
-                    delivery_id: None,
-                    disposition: Disposition::Handshake(answer),
-                    error: None,
-                    waits_for_database: false,
-                };
-            }
-            Err(r) => return Outcome::rejected(r, None),
-        };
-        let Admitted {
-            parsed,
-            payload_sha256,
-            read_headers,
-        } = admitted;
-        let (parsed, fingerprint) = match self.complete(parsed, payload_sha256).await {
-            Ok(completed) => completed,
-            Err(outcome) => return outcome,
-        };
-        let (disposition, error) = match self.settle(&parsed, fingerprint).await {
-            Ok(disposition) => (disposition, None),
-            Err(e) => {
-                let id = parsed.event_id.as_str();
-                self.keep(request.body(), id, &read_headers, &e).await
-            }
-        };
-        Outcome {
-            event_id: Some(parsed.event_id),
-            event_type: Some(parsed.event_type),
-            delivery_id: parsed.delivery_id,
-            disposition,
-            error,
-            waits_for_database: false,
-        }
-    }
-
     /// The provider's [`Provider::complete`] on a parsed event, with the payload fingerprint
     /// its claim stores: the body's, unless the event was replaced by another (a thin event by
     /// the snapshot it stands for), whose bytes these are not. A failure is this delivery's
@@ -296,45 +150,9 @@ impl<P: Provider> Receiver<P> {
             Ok(None) => Ok((parsed, Some(payload_sha256))),
             Ok(Some(completed)) => Ok((completed, None)),
             Err(crate::fetch::Incomplete(why)) => Err(Outcome {
-                event_id: Some(parsed.event_id),
-                event_type: Some(parsed.event_type),
-                delivery_id: parsed.delivery_id,
-                disposition: Disposition::Error,
                 error: Some(format!("the event could not be completed: {why}")),
-                waits_for_database: false,
+                ..Outcome::of(parsed, Disposition::Error)
             }),
-        }
-    }
-
-    /// A delivery whose statement failed with `e`: put on the spill queue when the database
-    /// was unavailable and there is one (`queued`), else an error; the error text says which.
-    async fn keep(
-        &self,
-        body: &[u8],
-        event_id: &str,
-        read_headers: &[(String, String)],
-        e: &crate::db::DeliveryError,
-    ) -> (Disposition, Option<String>) {
-        let (Some(spill), Some(reason)) = (&self.spill, e.unavailable()) else {
-            return (Disposition::Error, Some(e.summary()));
-        };
-        let spilled = crate::spill::Spilled {
-            provider: P::NAME,
-            event_id,
-            body,
-            headers: read_headers,
-            received_at: unix_now(),
-        };
-        // Boxed, as rare and large: the SDK call would otherwise size every delivery's future.
-        match Box::pin(spill.put(&spilled)).await {
-            Ok(()) => (
-                Disposition::Queued,
-                Some(format!("{}; queued ({reason})", e.summary())),
-            ),
-            Err(why) => (
-                Disposition::Error,
-                Some(format!("{}; not queued: {why}", e.summary())),
-            ),
         }
     }
 

@@ -60,26 +60,48 @@ impl Outcome {
         }
     }
 
-    /// A parsed event's outcome, named by its id, type and delivery id: the disposition it
-    /// settled with, or the failure's summary. With the failure's cause when it was the
-    /// database being unavailable.
-    pub(crate) fn settled<E>(
-        parsed: crate::provider::Parsed<E>,
-        settled: Result<Disposition, crate::db::DeliveryError>,
-    ) -> (Self, Option<&'static str>) {
-        let (disposition, error, unavailable) = match settled {
-            Ok(disposition) => (disposition, None, None),
-            Err(e) => (Disposition::Error, Some(e.summary()), e.unavailable()),
-        };
-        let outcome = Self {
+    /// A verified handshake, answered with the provider's own body.
+    pub(crate) fn handshake(answer: crate::response::Handshake) -> Self {
+        Self {
+            event_id: None,
+            event_type: None,
+            delivery_id: None,
+            disposition: Disposition::Handshake(answer),
+            error: None,
+            waits_for_database: false,
+        }
+    }
+
+    /// A parsed event's outcome, named by its id, type and delivery id.
+    pub(crate) fn of<E>(parsed: crate::provider::Parsed<E>, disposition: Disposition) -> Self {
+        Self {
             event_id: Some(parsed.event_id),
             event_type: Some(parsed.event_type),
             delivery_id: parsed.delivery_id,
             disposition,
-            error,
-            waits_for_database: unavailable.is_some(),
-        };
-        (outcome, unavailable)
+            error: None,
+            waits_for_database: false,
+        }
+    }
+
+    /// A parsed event's outcome: the disposition it settled with, or the failure's summary.
+    /// With the failure's cause when it was the database being unavailable.
+    pub(crate) fn settled<E>(
+        parsed: crate::provider::Parsed<E>,
+        settled: Result<Disposition, crate::db::DeliveryError>,
+    ) -> (Self, Option<&'static str>) {
+        match settled {
+            Ok(disposition) => (Self::of(parsed, disposition), None),
+            Err(e) => {
+                let unavailable = e.unavailable();
+                let outcome = Self {
+                    error: Some(e.summary()),
+                    waits_for_database: unavailable.is_some(),
+                    ..Self::of(parsed, Disposition::Error)
+                };
+                (outcome, unavailable)
+            }
+        }
     }
 
     /// Processed, ignored or duplicate: the claim holds it.

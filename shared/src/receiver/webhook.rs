@@ -1,0 +1,162 @@
+//! The webhook way in: a request the boundary read, admitted by its signature, completed,
+//! settled (or kept on the spill queue when the database cannot take it), and logged as its
+//! `delivery` line; the boundary answers its disposition.
+
+use super::*;
+
+impl<P: Provider> Receiver<P> {
+    /// One webhook, admitted, completed, settled and logged: the disposition to answer.
+    /// `request_id` is API Gateway's id for it, which its line carries. Never panics and
+    /// never fails.
+    pub(crate) async fn webhook<B: AsRef<[u8]>>(
+        &self,
+        request: &http::Request<B>,
+        request_id: Option<&str>,
+    ) -> Disposition {
+        let started = Instant::now();
+        let admitted = self
+            .with_fresh_secrets(|| self.admit(request, unix_now()))
+            .await;
+        let outcome = match admitted {
+            Err(r) => Outcome::rejected(r, None),
+            Ok(Admission::Handshake(answer)) => Outcome::handshake(answer),
+            Ok(Admission::Delivery(admitted)) => {
+                match self
+                    .complete(admitted.parsed, admitted.payload_sha256)
+                    .await
+                {
+                    Err(outcome) => outcome,
+                    Ok((parsed, sha)) => {
+                        let settled = self.settle(&parsed, sha).await;
+                        let body = request.body().as_ref();
+                        self.keep_if_unavailable(parsed, settled, body, &admitted.read_headers)
+                            .await
+                    }
+                }
+            }
+        };
+        self.log_delivery(started, request_id, outcome)
+    }
+
+    /// A request the boundary refused before it could be read, logged as its `delivery`
+    /// line: the disposition to answer.
+    pub(crate) fn unreadable(&self, started: Instant, rejection: Rejection) -> Disposition {
+        self.log_delivery(started, None, Outcome::rejected(rejection, None))
+    }
+
+    /// Everything before the database: method, size, signature, parsing. Pure but for the
+    /// clock; a request it refuses never reaches the database.
+    pub fn admit<B: AsRef<[u8]>>(
+        &self,
+        request: &http::Request<B>,
+        now: u64,
+    ) -> Result<Admission<P::Event>, Rejection> {
+        if request.method() != http::Method::POST {
+            return Err(Rejection::new(
+                Problem::MethodNotAllowed,
+                "webhooks are delivered with POST",
+            ));
+        }
+        let body = request.body().as_ref();
+        if body.len() > self.limits.max_body_bytes {
+            return Err(Rejection::new(
+                Problem::PayloadTooLarge,
+                "the body is larger than this receiver accepts",
+            ));
+        }
+        // The headers the scheme and the parser read are kept only for a spill queue's
+        // message, which the drain verifies and parses again.
+        let read = std::cell::RefCell::new(Vec::new());
+        let provider = self.provider();
+        let unsigned = match (&self.spill, provider.verifier()) {
+            (Some(_), Some(verifier)) => {
+                let signature = verifier.signature_headers().iter().filter_map(|name| {
+                    let value = crate::verify::one_header(request.headers(), name).ok()??;
+                    Some(((*name).to_owned(), value.to_owned()))
+                });
+                read.borrow_mut().extend(signature);
+                Unsigned::noting(request.headers(), &read)
+            }
+            _ => Unsigned::new(request.headers()),
+        };
+        let admission = admit::admit_bytes(
+            &*provider,
+            body,
+            request.headers(),
+            &unsigned,
+            admit::Proof::Webhook { now },
+        )?;
+        Ok(match admission {
+            Admission::Delivery(admitted) => Admission::Delivery(Admitted {
+                read_headers: read.into_inner(),
+                ..admitted
+            }),
+            handshake => handshake,
+        })
+    }
+
+    /// A settled webhook's outcome; one whose statement failed because the database was
+    /// unavailable is put on the spill queue when there is one (`queued`), else an error; the
+    /// error text says which.
+    async fn keep_if_unavailable(
+        &self,
+        parsed: Parsed<P::Event>,
+        settled: Result<Disposition, crate::db::DeliveryError>,
+        body: &[u8],
+        read_headers: &[(String, String)],
+    ) -> Outcome {
+        let (disposition, error) = match settled {
+            Ok(disposition) => (disposition, None),
+            Err(e) => match (&self.spill, e.unavailable()) {
+                (Some(spill), Some(reason)) => {
+                    let spilled = crate::spill::Spilled {
+                        provider: P::NAME,
+                        event_id: parsed.event_id.as_str(),
+                        body,
+                        headers: read_headers,
+                        received_at: unix_now(),
+                    };
+                    // Boxed, as rare and large: the SDK call would otherwise size every
+                    // delivery's future.
+                    match Box::pin(spill.put(&spilled)).await {
+                        Ok(()) => (
+                            Disposition::Queued,
+                            Some(format!("{}; queued ({reason})", e.summary())),
+                        ),
+                        Err(why) => (
+                            Disposition::Error,
+                            Some(format!("{}; not queued: {why}", e.summary())),
+                        ),
+                    }
+                }
+                _ => (Disposition::Error, Some(e.summary())),
+            },
+        };
+        Outcome {
+            error,
+            ..Outcome::of(parsed, disposition)
+        }
+    }
+
+    /// Logs the delivery's one line (and, at DEBUG, why it was rejected): its disposition.
+    fn log_delivery(
+        &self,
+        started: Instant,
+        request_id: Option<&str>,
+        delivery: Outcome,
+    ) -> Disposition {
+        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if self.log.enabled(Level::Debug)
+            && let Disposition::Rejected(r) = &delivery.disposition
+        {
+            // Why, beyond the problem's slug: our own words, never request data.
+            self.log.write(
+                Level::Debug,
+                "rejected",
+                serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
+            );
+        }
+        self.log_outcome(Via::Webhook { request_id }, &delivery, latency_ms);
+        delivery.disposition
+    }
+}
