@@ -13,7 +13,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "claimonce";
@@ -116,39 +115,43 @@ fn written_once(
     })
 }
 
-/// Adds `metrics` in [`NAMESPACE`], by the given `dimensions` (one dimension set, name and
-/// value each), to `line`: the `_aws` directive plus every dimension and metric as a member.
-pub fn embed(line: &mut Map<String, Value>, dimensions: &[(&str, &str)], metrics: &[Metric<'_>]) {
-    let names: Vec<&str> = dimensions.iter().map(|(name, _)| *name).collect();
-    let definitions: Vec<Definition<'_>> = metrics
-        .iter()
-        .map(|m| Definition {
-            name: m.name,
-            unit: m.unit,
-        })
-        .collect();
-    if let Ok(directive) = serde_json::to_value(Directive::new(sets(&names, definitions))) {
-        line.insert("_aws".into(), directive);
-    }
-    for (name, value) in dimensions {
-        line.insert((*name).into(), (*value).into());
-    }
-    for m in metrics {
-        line.insert(m.name.into(), m.value.into());
+/// Metrics embedded in a line ([`crate::log::Fields`]): the `_aws` directive that names them,
+/// each dimension's value, and each metric's value, in the embedded metric format.
+#[derive(Debug)]
+pub struct Embedded<'a> {
+    /// The one dimension, by name and value (`Provider` or `Function`).
+    pub dimension: (&'a str, &'a str),
+    /// The metrics.
+    pub metrics: &'a [Metric<'a>],
+}
+
+impl crate::log::Fields for Embedded<'_> {
+    fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        let names = [self.dimension.0];
+        let definitions: Vec<Definition<'_>> = self
+            .metrics
+            .iter()
+            .map(|m| Definition {
+                name: m.name,
+                unit: m.unit,
+            })
+            .collect();
+        map.serialize_entry("_aws", &Directive::new(sets(&names, definitions)))?;
+        map.serialize_entry(self.dimension.0, self.dimension.1)?;
+        for m in self.metrics {
+            map.serialize_entry(m.name, &m.value)?;
+        }
+        Ok(())
     }
 }
 
 /// The metric members of a drained spill record's log line: `Drained` (count, always 1), by
 /// `Provider` and `Disposition`.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Drained<'a> {
-    #[serde(rename = "_aws")]
     directive: Directive<&'static RawValue>,
-    #[serde(rename = "Provider")]
     provider: &'a str,
-    #[serde(rename = "Disposition")]
     disposition: &'a str,
-    #[serde(rename = "Drained")]
     drained: u8,
 }
 
@@ -175,17 +178,12 @@ impl<'a> Drained<'a> {
 /// The metric members of a delivery's log line: `Deliveries` (count, always 1) and
 /// `LatencyMs`, by `Provider` and `Disposition`. Flattened into the line, it writes the same
 /// members [`embed`] would, without building them as JSON values first.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Delivery<'a> {
-    #[serde(rename = "_aws")]
     directive: Directive<&'static RawValue>,
-    #[serde(rename = "Provider")]
     provider: &'a str,
-    #[serde(rename = "Disposition")]
     disposition: &'a str,
-    #[serde(rename = "Deliveries")]
     deliveries: u8,
-    #[serde(rename = "LatencyMs")]
     latency_ms: f64,
 }
 
@@ -213,5 +211,24 @@ impl<'a> Delivery<'a> {
             deliveries: 1,
             latency_ms,
         }
+    }
+}
+
+impl crate::log::Fields for Drained<'_> {
+    fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        map.serialize_entry("_aws", &self.directive)?;
+        map.serialize_entry("Provider", self.provider)?;
+        map.serialize_entry("Disposition", self.disposition)?;
+        map.serialize_entry("Drained", &self.drained)
+    }
+}
+
+impl crate::log::Fields for Delivery<'_> {
+    fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        map.serialize_entry("_aws", &self.directive)?;
+        map.serialize_entry("Provider", self.provider)?;
+        map.serialize_entry("Disposition", self.disposition)?;
+        map.serialize_entry("Deliveries", &self.deliveries)?;
+        map.serialize_entry("LatencyMs", &self.latency_ms)
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 pub use crate::metrics::Metric;
 
@@ -73,22 +73,20 @@ pub fn function_name(default: &str) -> String {
     crate::config::optional("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|| default.to_owned())
 }
 
-/// Adds what every job's report line carries besides its own counts: `duration_ms` since
-/// `started`, the `error` if the run failed, and `metrics` by the single dimension
-/// `Function`.
-pub fn finish_report(
-    line: &mut Map<String, Value>,
+/// What every job's report line carries after its own counts: `duration_ms` since `started`,
+/// the `error` if the run failed, and `metrics` by the single dimension `Function`.
+pub fn report_end<'a>(
     started: Instant,
-    error: Option<&str>,
-    function: &str,
-    metrics: &[Metric<'_>],
-) {
+    error: Option<&'a str>,
+    function: &'a str,
+    metrics: &'a [Metric<'a>],
+) -> impl crate::log::Fields + 'a {
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    line.insert("duration_ms".into(), ms.into());
-    if let Some(e) = error {
-        line.insert("error".into(), e.into());
+    crate::fields! {
+        duration_ms: ms,
+        error: error;
+        ..crate::metrics::Embedded { dimension: ("Function", function), metrics }
     }
-    crate::metrics::embed(line, &[("Function", function)], metrics);
 }
 
 /// What a recover function's run found and did, for its report line's metrics (by the single
@@ -117,17 +115,12 @@ pub fn write_recovery_report(
     log: &crate::log::Log,
     message: &str,
     provider: &str,
-    mut line: Map<String, Value>,
+    line: impl crate::log::Fields,
     started: Instant,
     error: Option<&str>,
     counts: &Recovery,
 ) {
-    line.insert("provider".into(), provider.into());
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    line.insert("duration_ms".into(), ms.into());
-    if let Some(e) = error {
-        line.insert("error".into(), e.into());
-    }
     let count = |name, value: u64| Metric {
         name,
         unit: "Count",
@@ -145,12 +138,17 @@ pub fn write_recovery_report(
     if let Some(duplicates) = counts.duplicates {
         metrics.push(count("RecoveredDuplicates", duplicates));
     }
-    crate::metrics::embed(&mut line, &[("Provider", provider)], &metrics);
+    let metrics = crate::metrics::Embedded {
+        dimension: ("Provider", provider),
+        metrics: &metrics,
+    };
     let level = if error.is_some() {
         crate::log::Level::Error
     } else {
         crate::log::Level::Info
     };
+    let line =
+        crate::fields! { provider: provider, duration_ms: ms, error: error; ..(line, metrics) };
     log.write(level, message, line);
 }
 
@@ -195,19 +193,19 @@ mod tests {
 
     #[test]
     fn the_report_line_is_embedded_metric_format() {
-        let mut line = Map::new();
         let metric = Metric {
             name: "SweptRows",
             unit: "Count",
             value: 3.0,
         };
-        finish_report(
-            &mut line,
+        let metrics = [metric];
+        let end = report_end(
             Instant::now(),
             Some("connection refused"),
             "sweep-fn",
-            &[metric],
+            &metrics,
         );
+        let line = serde_json::to_value(crate::log::Object(end)).expect("a JSON object");
         assert!(line["duration_ms"].as_u64().is_some());
         assert_eq!(line["error"], "connection refused");
         let directive = &line["_aws"]["CloudWatchMetrics"][0];

@@ -52,7 +52,7 @@ fn sample(name: &str, secret: &str) -> Value {
 /// The response payload's status and body, parsed.
 async fn payload(receiver: &Receiver<Slack>, event: &Value) -> (u64, Value) {
     let payload =
-        serde_json::to_value(claimonce::lambda::handle_event(&receiver, &event.to_string()).await)
+        serde_json::to_value(claimonce::lambda::handle_event(receiver, &event.to_string()).await)
             .expect("a payload");
     (
         payload["statusCode"].as_u64().expect("a status"),

@@ -431,7 +431,11 @@ impl Recoverer {
                     self.log.write(
                         claimonce::log::Level::Warn,
                         "GitHub refused a redelivery",
-                        json!({"guid": f.guid, "delivery_id": f.latest_id, "status": answer.status.as_u16()}),
+                        claimonce::fields! {
+                            guid: f.guid.as_str(),
+                            delivery_id: f.latest_id,
+                            status: answer.status.as_u16(),
+                        },
                     );
                 }
                 Err(e) => {

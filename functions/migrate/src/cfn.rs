@@ -255,13 +255,10 @@ impl Migrator {
         // from CloudFormation: nothing is done for it and nothing is sent.
         let loopback = self.options.as_ref().is_ok_and(|o| o.loopback_response_url);
         if let Err(why) = response_url_allowed(&request.response_url, loopback) {
-            let mut line = serde_json::Map::new();
-            line.insert("request_type".into(), request.request_type.clone().into());
-            line.insert("error".into(), why.into());
             self.log.write(
                 claimonce::log::Level::Error,
                 "custom-resource request refused",
-                line,
+                claimonce::fields! { request_type: request.request_type.as_str(), error: why },
             );
             return Err(format!("custom-resource request refused: {why}"));
         }
@@ -290,12 +287,10 @@ impl Migrator {
             // Answered with the same data keys as an apply: the template reads
             // DatabaseMigrations.Latest, and a missing key would fail the rollback.
             "Create" | "Update" if self.is_for_another_version(request) => {
-                let mut line = Map::new();
-                line.insert("request_type".into(), request.request_type.as_str().into());
                 self.log.write(
                     claimonce::log::Level::Info,
                     "migrations skipped: the request is for another function version (a rollback)",
-                    line,
+                    claimonce::fields! { request_type: request.request_type.as_str() },
                 );
                 Ok(Some(Outcome {
                     applied: Vec::new(),

@@ -8,7 +8,6 @@ use claimonce::config::{self, ConfigError};
 use claimonce::db::Settings;
 use claimonce::log::Log;
 use claimonce::migrate::{self, Bounds, MigrateError, Migration};
-use serde_json::{Map, json};
 
 use crate::bootstrap::Bootstrap;
 use crate::logins::{HandlerUser, RoleName, configure_handlers};
@@ -320,17 +319,18 @@ impl Migrator {
     }
 
     pub(crate) fn write(&self, request_type: &str, result: &Result<Outcome, String>) {
-        let mut line = Map::new();
-        line.insert("request_type".into(), request_type.into());
         match result {
             Ok(outcome) => {
-                line.insert("applied".into(), json!(outcome.applied));
-                line.insert("latest".into(), outcome.latest.into());
+                let line = claimonce::fields! {
+                    request_type: request_type,
+                    applied: outcome.applied.as_slice(),
+                    latest: outcome.latest,
+                };
                 self.log
                     .write(claimonce::log::Level::Info, "migrations", line);
             }
             Err(e) => {
-                line.insert("error".into(), e.as_str().into());
+                let line = claimonce::fields! { request_type: request_type, error: e.as_str() };
                 self.log
                     .write(claimonce::log::Level::Error, "migrations failed", line);
             }

@@ -32,7 +32,7 @@ use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -543,12 +543,6 @@ impl<D: Dispatch> Relay<D> {
     }
 
     fn write(&self, report: &Report, started: Instant) {
-        let mut line = Map::new();
-        line.insert("dispatched".into(), report.dispatched.into());
-        line.insert("failed".into(), report.failed.into());
-        line.insert("batches".into(), report.batches.into());
-        line.insert("finished".into(), report.finished.into());
-        line.insert("set_aside".into(), report.set_aside.into());
         let mut metrics = vec![
             Metric {
                 name: "OutboxDispatched",
@@ -568,24 +562,26 @@ impl<D: Dispatch> Relay<D> {
         ];
         // Measured only by a run that reached the end: a failed run reports no age, so the
         // backlog alarm sees missing data (breaching) instead of a 0 that hides the backlog.
-        if report.error.is_none() {
-            line.insert(
-                "oldest_pending_seconds".into(),
-                report.oldest_pending_seconds.into(),
-            );
+        let oldest_pending_seconds = report
+            .error
+            .is_none()
+            .then_some(report.oldest_pending_seconds);
+        if let Some(value) = oldest_pending_seconds {
             metrics.push(Metric {
                 name: "OutboxOldestPendingSeconds",
                 unit: "Seconds",
-                value: report.oldest_pending_seconds,
+                value,
             });
         }
-        scheduled::finish_report(
-            &mut line,
-            started,
-            report.error.as_deref(),
-            &self.function,
-            &metrics,
-        );
+        let line = claimonce::fields! {
+            dispatched: report.dispatched,
+            failed: report.failed,
+            batches: report.batches,
+            finished: report.finished,
+            set_aside: report.set_aside,
+            oldest_pending_seconds: oldest_pending_seconds;
+            ..scheduled::report_end(started, report.error.as_deref(), &self.function, &metrics)
+        };
         let level = if report.error.is_some() {
             claimonce::log::Level::Error
         } else if report.failed > 0 || report.set_aside > 0 {

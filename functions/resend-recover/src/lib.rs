@@ -33,7 +33,7 @@ use claimonce::sender_api::{Api, ApiError, ApiKey, Quiet};
 use claimonce::timestamp::unix_now;
 use http::Method;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The binary's name.
 pub const FUNCTION: &str = "resend-recover";
@@ -278,8 +278,11 @@ impl Recoverer {
                     self.log.write(
                         claimonce::log::Level::Warn,
                         "Resend refused a replay",
-                        json!({"event_id": event.id, "event_type": event.kind,
-                               "status": answer.status.as_u16()}),
+                        claimonce::fields! {
+                            event_id: event.id.as_str(),
+                            event_type: event.kind.as_str(),
+                            status: answer.status.as_u16(),
+                        },
                     );
                 }
                 Err(e) => {

@@ -25,7 +25,7 @@ use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 mod registered {
@@ -391,13 +391,6 @@ impl Sweeper {
     }
 
     fn write(&self, report: &Report, started: Instant) {
-        let mut line = Map::new();
-        line.insert("removed".into(), report.removed.into());
-        line.insert("outbox_removed".into(), report.outbox_removed.into());
-        line.insert("batches".into(), report.batches.into());
-        line.insert("finished".into(), report.finished.into());
-        line.insert("retention_days".into(), self.policy.retention_days.into());
-        line.insert("batch_size".into(), self.policy.batch_size.into());
         // Counts fit an f64 exactly far beyond any realistic ledger.
         let metrics = [
             Metric {
@@ -411,13 +404,15 @@ impl Sweeper {
                 value: report.outbox_removed as f64,
             },
         ];
-        scheduled::finish_report(
-            &mut line,
-            started,
-            report.error.as_deref(),
-            &self.function,
-            &metrics,
-        );
+        let line = claimonce::fields! {
+            removed: report.removed,
+            outbox_removed: report.outbox_removed,
+            batches: report.batches,
+            finished: report.finished,
+            retention_days: self.policy.retention_days,
+            batch_size: self.policy.batch_size;
+            ..scheduled::report_end(started, report.error.as_deref(), &self.function, &metrics)
+        };
         let level = if report.error.is_some() {
             claimonce::log::Level::Error
         } else {

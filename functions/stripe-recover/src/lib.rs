@@ -660,11 +660,12 @@ impl Recoverer {
     }
 
     fn write(&self, report: &Report, window: Window, started: Instant) {
-        let mut line = match report.to_json() {
+        // The line is the invocation's answer, and the window it looked back over.
+        let answer = match report.to_json() {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        line.insert("lookback_hours".into(), window.lookback_hours.into());
+        let line = claimonce::fields! { lookback_hours: window.lookback_hours; ..answer };
         let counts = Recovery {
             recovered: report.applied,
             duplicates: Some(report.duplicates),

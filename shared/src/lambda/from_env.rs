@@ -61,7 +61,7 @@ pub async fn run_from_env<P: Provider>(
             log.write(
                 crate::log::Level::Error,
                 "the Lambda Runtime API failed before any invocation",
-                serde_json::json!({"cause": error.to_string()}),
+                crate::fields! { cause: error.to_string() },
             );
             std::process::ExitCode::FAILURE
         }

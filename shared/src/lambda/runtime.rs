@@ -127,10 +127,7 @@ pub async fn serve_with<P: Provider>(
         crate::log::Log::stdout().write(
             crate::log::Level::Info,
             "serving invocations at once",
-            serde_json::json!({
-                "invocations": concurrency.invocations,
-                "connections": concurrency.connections,
-            }),
+            crate::fields! { invocations: concurrency.invocations, connections: concurrency.connections },
         );
         let receiver = std::sync::Arc::new(receiver);
         let counter = std::sync::Arc::clone(&served);
@@ -163,7 +160,7 @@ pub async fn serve_with<P: Provider>(
                 crate::log::Log::stdout().write(
                     crate::log::Level::Info,
                     "the process that started this environment is gone; exiting",
-                    serde_json::Map::new(),
+                    (),
                 );
                 Ok(())
             }
@@ -192,7 +189,7 @@ pub async fn serve_with<P: Provider>(
             crate::log::Log::stdout().write(
                 crate::log::Level::Info,
                 "the Lambda Runtime API went away; exiting",
-                serde_json::json!({"invocations": served, "cause": error.to_string()}),
+                crate::fields! { invocations: served, cause: error.to_string() },
             );
             Ok(())
         }

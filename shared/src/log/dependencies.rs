@@ -12,7 +12,6 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
@@ -74,14 +73,6 @@ pub(crate) fn notice(notice: &tokio_postgres::error::DbError) {
     );
 }
 
-/// The members a dependency's line carries after the common ones.
-#[derive(Serialize)]
-struct Line<'a> {
-    target: &'a str,
-    #[serde(skip_serializing_if = "Map::is_empty")]
-    fields: Map<String, Value>,
-}
-
 fn redacted(name: &str) -> bool {
     const SECRET: [&str; 7] = [
         "token",
@@ -141,9 +132,10 @@ impl tracing_core::Subscriber for Subscriber {
         self.log.write(
             level,
             &fields.message,
-            Line {
+            // The event's own fields as one member, `fields`, when it has any.
+            crate::fields! {
                 target: metadata.target(),
-                fields: fields.rest,
+                fields: Some(fields.rest).filter(|rest| !rest.is_empty()),
             },
         );
     }
@@ -233,10 +225,7 @@ impl log::Log for Logger {
         self.log.write(
             level,
             &record.args().to_string(),
-            Line {
-                target: record.target(),
-                fields: Map::new(),
-            },
+            crate::fields! { target: record.target() },
         );
     }
 

@@ -13,14 +13,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use serde_json::Map;
 
 use crate::config::ConfigError;
 
 mod dependencies;
+mod fields;
 
 pub use self::dependencies::forward as forward_dependencies;
 pub(crate) use self::dependencies::notice;
+pub(crate) use self::fields::Object;
+pub use self::fields::{Field, Fields};
+// For `fields!` in other crates: the trait its entries are written through.
+#[doc(hidden)]
+pub use self::fields::SerializeMap;
 
 type Sink = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -253,16 +258,17 @@ impl Log {
     /// invocation with the reason in the logs.
     pub fn config<T>(&self, built: Result<T, ConfigError>) -> Result<T, ConfigError> {
         if let Err(e) = &built {
-            self.write(Level::Error, &e.to_string(), Map::new());
+            self.write(Level::Error, &e.to_string(), ());
         }
         built
     }
 
-    /// Writes one line with the given fields (a JSON map, or a struct that serialises as one:
-    /// the hot path's typed lines) after the common ones, if `level` is enabled.
-    pub fn write(&self, level: Level, message: &str, fields: impl Serialize) {
+    /// Writes one line with the given fields ([`fields!`](crate::fields)) after the common
+    /// ones, if `level` is enabled.
+    pub fn write(&self, level: Level, message: &str, fields: impl Fields) {
         #[derive(Serialize)]
-        struct Line<'a, F> {
+        #[serde(bound = "")]
+        struct Line<'a, F: Fields> {
             timestamp: String,
             level: &'static str,
             message: &'a str,
@@ -271,7 +277,7 @@ impl Log {
             #[serde(flatten)]
             invocation: &'a Invocation,
             #[serde(flatten)]
-            fields: F,
+            fields: Object<F>,
         }
         if !self.enabled(level) {
             return;
@@ -292,7 +298,7 @@ impl Log {
                     message,
                     process: &self.process,
                     invocation,
-                    fields,
+                    fields: Object(fields),
                 },
             );
             written.ok().map(|()| line)
@@ -363,11 +369,11 @@ mod tests {
         };
         CURRENT
             .scope(invocation, async {
-                log.write(Level::Debug, "hidden", Map::new());
-                log.write(Level::Warn, "shown", serde_json::json!({"k": 1}));
+                log.write(Level::Debug, "hidden", ());
+                log.write(Level::Warn, "shown", crate::fields! { k: 1 });
             })
             .await;
-        log.write(Level::Warn, "outside", Map::new());
+        log.write(Level::Warn, "outside", ());
         let lines = lines.lock().expect("lines");
         assert_eq!(lines.len(), 2);
         let outside: serde_json::Value = serde_json::from_str(&lines[1]).expect("json");

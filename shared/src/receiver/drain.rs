@@ -102,7 +102,7 @@ impl<P: Provider> Receiver<P> {
         self.log.write(
             Level::Error,
             "an SQS batch that cannot be read: every record reported failed",
-            serde_json::json!({"named_records": ids.len()}),
+            crate::fields! { named_records: ids.len() },
         );
         crate::sqs::BatchResponse::all_failed(ids)
     }
@@ -130,7 +130,7 @@ impl<P: Provider> Receiver<P> {
         self.log.write(
             crate::log::Level::Warn,
             "not tried: too near the invocation's deadline; received again",
-            serde_json::json!({"sqs_message_id": record.message_id}),
+            crate::fields! { sqs_message_id: record.message_id.as_str() },
         );
     }
 

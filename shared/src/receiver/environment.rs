@@ -11,8 +11,7 @@ impl<P: Provider> Receiver<P> {
         let started = Instant::now();
         let connected = self.database.warm_up().await;
         let connect_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let mut fields = Map::new();
-        fields.insert("provider".into(), P::NAME.into());
+        let provider = ("Provider", P::NAME);
         let cold = metrics::Metric {
             name: "ColdStart",
             unit: "Count",
@@ -28,14 +27,21 @@ impl<P: Provider> Receiver<P> {
                     unit: "Milliseconds",
                     value: connect_ms,
                 };
-                metrics::embed(&mut fields, &[("Provider", P::NAME)], &[cold, connect]);
-                self.log.write(Level::Info, "cold start", fields);
+                let metrics = metrics::Embedded {
+                    dimension: provider,
+                    metrics: &[cold, connect],
+                };
+                let line = crate::fields! { provider: P::NAME; ..metrics };
+                self.log.write(Level::Info, "cold start", line);
             }
             Err(e) => {
-                fields.insert("error".into(), e.to_string().into());
-                metrics::embed(&mut fields, &[("Provider", P::NAME)], &[cold]);
+                let metrics = metrics::Embedded {
+                    dimension: provider,
+                    metrics: &[cold],
+                };
+                let line = crate::fields! { provider: P::NAME, error: e.to_string(); ..metrics };
                 self.log
-                    .write(Level::Warn, "database not reachable at cold start", fields);
+                    .write(Level::Warn, "database not reachable at cold start", line);
             }
         }
     }
@@ -52,32 +58,24 @@ impl<P: Provider> Receiver<P> {
         let unbounded =
             bound.statement_timeout.is_zero() || bound.statement_timeout > function_timeout;
         if unbounded {
-            let mut fields = Map::new();
-            fields.insert("provider".into(), P::NAME.into());
-            fields.insert("login".into(), bound.login.as_str().into());
-            fields.insert(
-                "statement_timeout_ms".into(),
-                u64::try_from(bound.statement_timeout.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .into(),
-            );
-            fields.insert(
-                "function_timeout_ms".into(),
-                u64::try_from(function_timeout.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .into(),
-            );
+            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             let metric = metrics::Metric {
                 name: "UnboundedStatements",
                 unit: "Count",
                 value: 1.0,
             };
-            metrics::embed(&mut fields, &[("Provider", P::NAME)], &[metric]);
+            let line = crate::fields! {
+                provider: P::NAME,
+                login: bound.login.as_str(),
+                statement_timeout_ms: ms(bound.statement_timeout),
+                function_timeout_ms: ms(function_timeout);
+                ..metrics::Embedded { dimension: ("Provider", P::NAME), metrics: &[metric] }
+            };
             self.log.write(
                 Level::Error,
                 "the login's statement_timeout does not end a statement within the function's \
                  timeout; set it as the login's default (the migrate function's DB_HANDLER_USERS)",
-                fields,
+                line,
             );
         }
         unbounded
@@ -90,15 +88,16 @@ impl<P: Provider> Receiver<P> {
         if reconnects == 0 {
             return;
         }
-        let mut fields = Map::new();
-        fields.insert("provider".into(), P::NAME.into());
-        fields.insert("event_id".into(), event_id.as_str().into());
         let metric = metrics::Metric {
             name: "Reconnects",
             unit: "Count",
             value: reconnects as f64,
         };
-        metrics::embed(&mut fields, &[("Provider", P::NAME)], &[metric]);
+        let fields = crate::fields! {
+            provider: P::NAME,
+            event_id: event_id.as_str();
+            ..metrics::Embedded { dimension: ("Provider", P::NAME), metrics: &[metric] }
+        };
         self.log.write(Level::Info, "reconnected", fields);
     }
 }

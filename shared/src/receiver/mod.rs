@@ -3,8 +3,6 @@
 
 use std::time::Instant;
 
-use serde_json::Map;
-
 mod admit;
 mod bridged;
 mod drain;
@@ -189,9 +187,10 @@ impl<P: Provider> Receiver<P> {
                     _ => false,
                 };
                 if differs {
-                    let mut fields = Map::new();
-                    fields.insert("provider".into(), claim.provider.into());
-                    fields.insert("event_id".into(), parsed.event_id.as_str().into());
+                    let fields = crate::fields! {
+                        provider: claim.provider,
+                        event_id: parsed.event_id.as_str(),
+                    };
                     self.log.write(
                         crate::log::Level::Warn,
                         "duplicate event id with a different payload; the first one was kept",

@@ -3,8 +3,6 @@
 //! an adapter that admits the event its own way, settles it through the same claim, and hands
 //! the outcome here with what its way of arriving adds to the line.
 
-use serde::Serialize;
-
 use super::{Level, Provider, Receiver};
 use crate::ids::EventId;
 use crate::metrics;
@@ -145,47 +143,6 @@ pub(crate) enum Via<'a> {
     SenderApi,
 }
 
-/// The line's metric members, by `Provider` and `Disposition`.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Metrics<'a> {
-    Delivery(metrics::Delivery<'a>),
-    Drained(metrics::Drained<'a>),
-}
-
-/// The one log line of an event, written straight from these fields.
-#[derive(Serialize)]
-struct Line<'a> {
-    provider: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    request_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sqs_message_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    eventbridge_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    event_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    event_type: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delivery_id: Option<&'a str>,
-    disposition: &'a str,
-    /// The HTTP answer, for a webhook.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    problem: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    receive_count: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queued_seconds: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-    latency_ms: f64,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    metrics: Option<Metrics<'a>>,
-}
-
 impl<P: Provider> Receiver<P> {
     /// Logs an event's one line: `delivery` (at ERROR only for our own failure: a refused
     /// webhook is the sender's), `drained`, `bridged` or `recovered` (at ERROR whenever it was
@@ -193,60 +150,36 @@ impl<P: Provider> Receiver<P> {
     /// that waits for the database, which is what the queue is for).
     pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
         let disposition = outcome.disposition.name();
-        let mut line = Line {
-            provider: P::NAME,
-            request_id: None,
-            sqs_message_id: None,
-            eventbridge_id: None,
-            event_id: outcome.event_id.as_ref().map(EventId::as_str),
-            event_type: outcome.event_type.as_deref(),
-            delivery_id: outcome.delivery_id.as_ref().map(EventId::as_str),
-            disposition,
-            status: None,
-            problem: None,
-            receive_count: None,
-            queued_seconds: None,
-            error: outcome.error.as_deref(),
-            latency_ms,
-            metrics: None,
-        };
+        let (mut request_id, mut status, mut problem) = (None, None, None);
+        let (mut sqs_message_id, mut receive_count) = (None, None);
+        let (mut queued_seconds, mut eventbridge_id) = (None, None);
+        let (mut delivery, mut drained) = (None, None);
         let (message, level) = match via {
-            Via::Webhook { request_id } => {
-                line.request_id = request_id;
-                line.status = Some(outcome.disposition.status().as_u16());
+            Via::Webhook { request_id: id } => {
+                request_id = id;
+                status = Some(outcome.disposition.status().as_u16());
                 if let Disposition::Rejected(r) = &outcome.disposition {
-                    line.problem = Some(r.problem.slug());
+                    problem = Some(r.problem.slug());
                 }
-                line.metrics = Some(Metrics::Delivery(metrics::Delivery::new(
-                    P::NAME,
-                    disposition,
-                    latency_ms,
-                )));
+                delivery = Some(metrics::Delivery::new(P::NAME, disposition, latency_ms));
                 let error = matches!(outcome.disposition, Disposition::Error);
                 ("delivery", error)
             }
             Via::Spill {
-                sqs_message_id,
-                receive_count,
-                queued_seconds,
+                sqs_message_id: id,
+                receive_count: count,
+                queued_seconds: queued,
             } => {
-                line.sqs_message_id = Some(sqs_message_id);
-                line.receive_count = Some(receive_count);
-                line.queued_seconds = queued_seconds;
-                line.metrics = Some(Metrics::Drained(metrics::Drained::new(
-                    P::NAME,
-                    disposition,
-                )));
+                (sqs_message_id, receive_count, queued_seconds) = (Some(id), Some(count), queued);
+                drained = Some(metrics::Drained::new(P::NAME, disposition));
                 ("drained", !outcome.applied())
             }
             Via::EventBridge {
-                sqs_message_id,
-                receive_count,
-                eventbridge_id,
+                sqs_message_id: id,
+                receive_count: count,
+                eventbridge_id: bridged,
             } => {
-                line.sqs_message_id = Some(sqs_message_id);
-                line.receive_count = Some(receive_count);
-                line.eventbridge_id = eventbridge_id;
+                (sqs_message_id, receive_count, eventbridge_id) = (Some(id), Some(count), bridged);
                 ("bridged", !outcome.applied())
             }
             Via::SenderApi => ("recovered", !outcome.applied()),
@@ -257,6 +190,23 @@ impl<P: Provider> Receiver<P> {
             (true, true) => Level::Warn,
             (true, false) => Level::Error,
         };
-        self.log.write(level, message, &line);
+        let line = crate::fields! {
+            provider: P::NAME,
+            request_id: request_id,
+            sqs_message_id: sqs_message_id,
+            eventbridge_id: eventbridge_id,
+            event_id: outcome.event_id.as_ref().map(EventId::as_str),
+            event_type: outcome.event_type.as_deref(),
+            delivery_id: outcome.delivery_id.as_ref().map(EventId::as_str),
+            disposition: disposition,
+            status: status,
+            problem: problem,
+            receive_count: receive_count,
+            queued_seconds: queued_seconds,
+            error: outcome.error.as_deref(),
+            latency_ms: latency_ms;
+            ..(delivery, drained)
+        };
+        self.log.write(level, message, line);
     }
 }

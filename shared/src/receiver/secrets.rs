@@ -80,7 +80,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Info,
                     "signing secrets read again after a signature matched none",
-                    serde_json::json!({"provider": P::NAME}),
+                    crate::fields! { provider: P::NAME },
                 );
                 true
             }
@@ -88,7 +88,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Warn,
                     "could not read the signing secrets again",
-                    serde_json::json!({"provider": P::NAME, "error": e.to_string()}),
+                    crate::fields! { provider: P::NAME, error: e.to_string() },
                 );
                 false
             }

@@ -153,7 +153,7 @@ impl<P: Provider> Receiver<P> {
             self.log.write(
                 Level::Debug,
                 "rejected",
-                serde_json::json!({"problem": r.problem.slug(), "detail": r.detail}),
+                crate::fields! { problem: r.problem.slug(), detail: r.detail },
             );
         }
         self.log_outcome(Via::Webhook { request_id }, &delivery, latency_ms);
