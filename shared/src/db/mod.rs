@@ -417,7 +417,7 @@ impl Database {
             // deadline.
             match token {
                 Some(token) => tokio::time::timeout(Timeouts::CANCEL, async {
-                    self.settings.cancel(&token).await;
+                    crate::rare(self.settings.cancel(&token)).await;
                     attempts.as_mut().await
                 })
                 .await
@@ -449,7 +449,9 @@ impl Database {
             let connection = match slot.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
                 None => {
-                    let opened = self.settings.open().await.map_err(DeliveryError::Connect)?;
+                    let opened = crate::rare(self.settings.open())
+                        .await
+                        .map_err(DeliveryError::Connect)?;
                     // Counted once made: a connect that failed is the delivery's error, not
                     // a reconnect.
                     self.reconnects

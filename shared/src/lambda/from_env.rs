@@ -1,7 +1,7 @@
 //! The whole of a provider function's `main`: the receiver built from the environment, then
 //! served.
 
-use super::runtime::{Concurrency, serve_with};
+use super::runtime::{Concurrency, serve};
 use crate::config::ConfigError;
 use crate::db::Database;
 use crate::log::Log;
@@ -42,19 +42,18 @@ pub async fn run_from_env<P: Provider>(
                     .with_secret_refresh(secrets, build, interval)
             }
         };
-        Ok::<_, ConfigError>((
+        Ok::<_, ConfigError>(
             receiver
                 .with_spill(spill)
                 .with_bridge(bridge)
                 .with_sender_api(api),
-            concurrency,
-        ))
+        )
     }
     .await;
-    let Ok((receiver, concurrency)) = log.config(built) else {
+    let Ok(receiver) = log.config(built) else {
         return std::process::ExitCode::FAILURE;
     };
-    match serve_with(receiver, concurrency).await {
+    match serve(receiver).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The HTTP client's error: no request data in it.

@@ -23,12 +23,6 @@ pub struct Concurrency {
 }
 
 impl Concurrency {
-    /// One invocation at a time, on one connection: classic Lambda.
-    pub const CLASSIC: Self = Self {
-        invocations: 1,
-        connections: 1,
-    };
-
     /// From `AWS_LAMBDA_MAX_CONCURRENCY` and `DB_MAX_CONNECTIONS`; an error names the
     /// variable.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -100,7 +94,11 @@ fn deadline<P: Provider>(
 }
 
 /// Runs a receiver as a Lambda function: connect at cold start, then answer every
-/// invocation, one at a time, with the same connection.
+/// invocation with the same connections: one at a time on classic Lambda; on Lambda Managed
+/// Instances (`AWS_LAMBDA_MAX_CONCURRENCY` above 1) as many at once, through
+/// `lambda_runtime`'s concurrent runtime (one polling task per invocation at once, all on this
+/// process's runtime), each delivery on a connection of its own (`DB_MAX_CONNECTIONS`,
+/// [`Concurrency`]). A value that cannot be read is an error before any invocation.
 ///
 /// The runtime loop ends only when the Runtime API fails. Before any invocation that is an
 /// error (a runtime that cannot reach its API must say so and exit non-zero). After one, it
@@ -110,46 +108,49 @@ fn deadline<P: Provider>(
 /// reads as a failed invocation; Lambda would start a new environment either way, whatever
 /// the exit status.
 pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
-    serve_with(receiver, Concurrency::CLASSIC).await
-}
-
-/// [`serve`] with `concurrency`: more than one invocation at once is Lambda Managed
-/// Instances' mode, through `lambda_runtime`'s concurrent runtime (one polling task per
-/// invocation at once, all on this process's runtime), each delivery on a connection of its
-/// own ([`Database`]).
-pub async fn serve_with<P: Provider>(
-    receiver: Receiver<P>,
-    concurrency: Concurrency,
-) -> Result<(), lambda_runtime::Error> {
+    // The runtime reads the same variable to decide how many invocations it polls for.
+    let concurrency = Concurrency::from_env()?;
+    let at_once = concurrency.invocations > 1;
     receiver.warm_up().await;
-    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let ended = if concurrency.invocations > 1 {
+    if at_once {
         crate::log::Log::stdout().write(
             crate::log::Level::Info,
             "serving invocations at once",
             crate::fields! { invocations: concurrency.invocations, connections: concurrency.connections },
         );
-        let receiver = std::sync::Arc::new(receiver);
-        let counter = std::sync::Arc::clone(&served);
-        let serving =
-            lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Invocation>| {
-                let (receiver, counter) = (
-                    std::sync::Arc::clone(&receiver),
-                    std::sync::Arc::clone(&counter),
-                );
-                async move {
-                    // Several at once: each invocation's lines name it through its task.
-                    let started = Instant::now();
-                    let invocation = invocation(&event.context);
-                    let answering = async {
-                        let deadline = deadline(&receiver, &event.context);
-                        super::answer(&receiver, started, event.payload.0, Some(deadline)).await
-                    };
-                    let answer = crate::log::within(invocation, answering).await;
-                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    Ok::<_, lambda_runtime::Error>(answer)
-                }
-            }));
+    }
+    let receiver = std::sync::Arc::new(receiver);
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = std::sync::Arc::clone(&served);
+    // One handler for both ways, so the runtime's code is built into the binary once for it.
+    let handler = service_fn(move |event: LambdaEvent<Invocation>| {
+        let (receiver, counter) = (
+            std::sync::Arc::clone(&receiver),
+            std::sync::Arc::clone(&counter),
+        );
+        async move {
+            let started = Instant::now();
+            let invocation = invocation(&event.context);
+            let answering = async {
+                let deadline = deadline(&receiver, &event.context);
+                super::answer(&receiver, started, event.payload.0, Some(deadline)).await
+            };
+            let answer = if at_once {
+                // Several at once: each invocation's lines name it through its task.
+                crate::log::within(invocation, answering).await
+            } else {
+                // One at a time: the process's one slot names it.
+                crate::log::begin(invocation);
+                answering.await
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, lambda_runtime::Error>(answer)
+        }
+    });
+    // The runtime reads AWS_LAMBDA_MAX_CONCURRENCY too: above 1 it polls for that many
+    // invocations at once, else one at a time.
+    let serving = lambda_runtime::run_concurrent(handler);
+    let ended = if at_once {
         // The concurrent runtime polls its API again at once after an error, for good: an
         // environment whose API went away (a local emulator that ended) would spin. It ends
         // instead once the process that started it is gone, as Lambda's never is while the
@@ -166,20 +167,7 @@ pub async fn serve_with<P: Provider>(
             }
         }
     } else {
-        let (receiver, counter) = (&receiver, &*served);
-        lambda_runtime::run(service_fn(
-            move |event: LambdaEvent<Invocation>| async move {
-                // One at a time: the process's one slot names the invocation.
-                let started = Instant::now();
-                crate::log::begin(invocation(&event.context));
-                let deadline = deadline(receiver, &event.context);
-                let answer =
-                    super::answer(receiver, started, event.payload.0, Some(deadline)).await;
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok::<_, lambda_runtime::Error>(answer)
-            },
-        ))
-        .await
+        serving.await
     };
     let served = served.load(std::sync::atomic::Ordering::Relaxed);
     match ended {

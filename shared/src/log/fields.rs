@@ -5,8 +5,8 @@
 
 use std::borrow::Cow;
 
+use serde::Serialize;
 pub use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
 
 /// What a line carries after its common keys: entries written into the line's JSON object.
 pub trait Fields {
@@ -94,12 +94,14 @@ present!(serde_json::Value, serde_json::Map<String, serde_json::Value>);
 impl<T: Serialize> Field for [T] {}
 impl<T: Serialize> Field for Vec<T> {}
 
-/// A set of [`Fields`] as a JSON object of its own.
+/// A set of [`Fields`] as a JSON object of its own (for tests that read one).
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct Object<F>(pub(crate) F);
 
+#[cfg(test)]
 impl<F: Fields> Serialize for Object<F> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         self.0.entries(&mut map)?;
         map.end()

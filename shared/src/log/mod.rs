@@ -12,8 +12,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
-
 use crate::config::ConfigError;
 
 mod dependencies;
@@ -21,6 +19,7 @@ mod fields;
 
 pub use self::dependencies::forward as forward_dependencies;
 pub(crate) use self::dependencies::notice;
+#[cfg(test)]
 pub(crate) use self::fields::Object;
 pub use self::fields::{Field, Fields};
 // For `fields!` in other crates: the trait its entries are written through.
@@ -79,28 +78,23 @@ impl Level {
 }
 
 /// What every line of one invocation says about it, from the Runtime API's answer.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Invocation {
     /// True for the first invocation of this process (execution environment).
     pub cold_start: bool,
     /// The ARN the function was invoked by (`Lambda-Runtime-Invoked-Function-Arn`).
-    #[serde(skip_serializing_if = "String::is_empty")]
     pub function_arn: String,
     /// The Lambda request id (`Lambda-Runtime-Aws-Request-Id`), as in Lambda's REPORT line.
-    #[serde(skip_serializing_if = "String::is_empty")]
     pub function_request_id: String,
     /// The X-Ray trace header of the invocation (`Lambda-Runtime-Trace-Id`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub xray_trace_id: Option<String>,
 }
 
 /// What every line of a process says about where it runs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 struct Process {
     service: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     function_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     function_memory_size: Option<u32>,
 }
 
@@ -266,54 +260,59 @@ impl Log {
     /// Writes one line with the given fields ([`fields!`](crate::fields)) after the common
     /// ones, if `level` is enabled.
     pub fn write(&self, level: Level, message: &str, fields: impl Fields) {
-        #[derive(Serialize)]
-        #[serde(bound = "")]
-        struct Line<'a, F: Fields> {
-            timestamp: String,
-            level: &'static str,
-            message: &'a str,
-            #[serde(flatten)]
-            process: &'a Process,
-            #[serde(flatten)]
-            invocation: &'a Invocation,
-            #[serde(flatten)]
-            fields: Object<F>,
+        if self.enabled(level) {
+            self.write_line(level, message, &|line| fields.entries(line));
         }
-        if !self.enabled(level) {
-            return;
-        }
-        // Serialised where the invocation is, rather than cloned out of it; `fields` is
-        // written once, by whichever of the two calls below runs.
-        let mut fields = Some(fields);
-        let mut serialize = |invocation: &Invocation| {
-            let fields = fields.take()?;
+    }
+
+    /// Writes one line: its common keys, then what `fields` writes. The same code whatever
+    /// the fields, which are the only part built for each kind of line.
+    fn write_line(
+        &self,
+        level: Level,
+        message: &str,
+        fields: &dyn Fn(&mut Line<'_>) -> Result<(), serde_json::Error>,
+    ) {
+        use serde::ser::{SerializeMap as _, Serializer as _};
+        let write = |invocation: &Invocation| {
             // Sized for a delivery line (about 700 bytes with its metrics) so that writing it
             // does not grow the buffer step by step.
-            let mut line = Vec::with_capacity(1024);
-            let written = serde_json::to_writer(
-                &mut line,
-                &Line {
-                    timestamp: rfc3339_millis(SystemTime::now()),
-                    level: level.as_str(),
-                    message,
-                    process: &self.process,
-                    invocation,
-                    fields: Object(fields),
-                },
-            );
-            written.ok().map(|()| line)
+            let mut serializer = serde_json::Serializer::new(Vec::with_capacity(1024));
+            let mut line = (&mut serializer).serialize_map(None)?;
+            line.serialize_entry("timestamp", &rfc3339_millis(SystemTime::now()))?;
+            line.serialize_entry("level", level.as_str())?;
+            line.serialize_entry("message", message)?;
+            let process = &self.process;
+            let common = crate::fields! {
+                service: process.service.as_str(),
+                function_name: process.function_name.as_deref(),
+                function_memory_size: process.function_memory_size,
+                cold_start: invocation.cold_start,
+                function_arn: Some(invocation.function_arn.as_str()).filter(|a| !a.is_empty()),
+                function_request_id: Some(invocation.function_request_id.as_str())
+                    .filter(|id| !id.is_empty()),
+                xray_trace_id: invocation.xray_trace_id.as_deref(),
+            };
+            common.entries(&mut line)?;
+            fields(&mut line)?;
+            line.end()?;
+            Ok::<_, serde_json::Error>(serializer.into_inner())
         };
-        let line = match CURRENT.try_with(|invocation| serialize(invocation)) {
+        // Written where the invocation is, rather than cloned out of it.
+        let line = match CURRENT.try_with(write) {
             Ok(line) => line,
-            // Serialised under the lock rather than cloned out of it: a process serving one
+            // Written under the lock rather than cloned out of it: a process serving one
             // invocation at a time has nothing waiting on it.
-            Err(_) => serialize(&INVOCATION.lock().unwrap_or_else(PoisonError::into_inner)),
+            Err(_) => write(&INVOCATION.lock().unwrap_or_else(PoisonError::into_inner)),
         };
-        if let Some(Ok(line)) = line.map(String::from_utf8) {
+        if let Ok(Ok(line)) = line.map(String::from_utf8) {
             (self.sink)(&line);
         }
     }
 }
+
+/// A line as it is written: the JSON object its fields are entries of.
+type Line<'a> = serde_json::ser::Compound<'a, Vec<u8>, serde_json::ser::CompactFormatter>;
 
 /// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`.
 pub fn rfc3339_millis(time: SystemTime) -> String {

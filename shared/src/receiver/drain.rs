@@ -45,7 +45,7 @@ impl<P: Provider> Receiver<P> {
         // The event queues' records proven to have come off them, before any is claimed: one
         // SQS call per queue and batch (crate::sqs::receipt).
         let mut proofs = match &self.bridge {
-            Some(bridge) => bridge.prove(records).await,
+            Some(bridge) => crate::rare(bridge.prove(records)).await,
             None => Vec::new(),
         }
         .into_iter();

@@ -144,7 +144,7 @@ impl<P: Provider> Receiver<P> {
         payload_sha256: [u8; 32],
     ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
         let provider = self.provider();
-        match provider.complete(&parsed, self.api.as_ref()).await {
+        match crate::rare(provider.complete(&parsed, self.api.as_ref())).await {
             Ok(None) => Ok((parsed, Some(payload_sha256))),
             Ok(Some(completed)) => Ok((completed, None)),
             Err(crate::fetch::Incomplete(why)) => Err(Outcome {

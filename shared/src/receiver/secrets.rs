@@ -48,7 +48,10 @@ impl<P: Provider> Receiver<P> {
         check: impl Fn() -> Result<T, Rejection>,
     ) -> Result<T, Rejection> {
         match check() {
-            Err(r) if r.problem == Problem::SignatureMismatch && self.refresh_secrets().await => {
+            Err(r)
+                if r.problem == Problem::SignatureMismatch
+                    && crate::rare(self.refresh_secrets()).await =>
+            {
                 check()
             }
             other => other,

@@ -116,9 +116,7 @@ impl<P: Provider> Receiver<P> {
                         headers: read_headers,
                         received_at: unix_now(),
                     };
-                    // Boxed, as rare and large: the SDK call would otherwise size every
-                    // delivery's future.
-                    match Box::pin(spill.put(&spilled)).await {
+                    match crate::rare(spill.put(&spilled)).await {
                         Ok(()) => (
                             Disposition::Queued,
                             Some(format!("{}; queued ({reason})", e.summary())),
