@@ -16,7 +16,7 @@ use claimonce::config::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
-use claimonce::pipeline::statement;
+use claimonce::claim::statement;
 use claimonce::verify::Sign;
 use claimonce::{Admission, Admitted, Limits, Receiver};
 use claimonce::prelude::{Plan, Problem, Provider};

@@ -132,6 +132,9 @@
 #[doc(hidden)]
 pub mod auth;
 pub mod bridge;
+// The jobs' and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
+pub mod claim;
 pub mod config;
 pub mod db;
 mod effect;
@@ -144,9 +147,6 @@ pub mod log;
 mod metrics;
 pub mod migrate;
 mod pg_error;
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
-pub mod pipeline;
 mod provider;
 mod receiver;
 mod registry;

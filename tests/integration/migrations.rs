@@ -338,7 +338,7 @@ fn postgres_type(name: &str) -> claimonce::prelude::Type {
 /// Every effect call in the code names a function that the migrations create, with argument
 /// types it takes: each `Effect::call` in the source of every crate under `functions/` and of
 /// the shared crate, and the forward effect, is prepared as the delivery statement the
-/// pipeline sends (`pipeline::statement`, the claim's four arguments first) on a database
+/// pipeline sends (`claim::statement`, the claim's four arguments first) on a database
 /// migrated to the latest version. A call that no sample reaches is checked too; a renamed or
 /// retyped function, a dropped `_vN` that code still names, or a call this test cannot read
 /// fails it.
@@ -416,7 +416,7 @@ async fn prepare(
     ];
     types.extend(declared);
     client
-        .prepare_typed(&claimonce::pipeline::statement(Some(effect)), &types)
+        .prepare_typed(&claimonce::claim::statement(Some(effect)), &types)
         .await
         .map(drop)
         .map_err(|e| match e.as_db_error() {

@@ -3,7 +3,7 @@
 //! up to [`Database::with_connections`] on Lambda Managed Instances), each reused and re-made
 //! when found closed, and a bound on every wait. It runs a delivery's `Work` with its
 //! deadline, reconnect and cancel, and knows nothing of claims: what the work sends is the
-//! claim layer's ([`crate::pipeline`]).
+//! claim layer's ([`crate::claim`]).
 
 mod error;
 mod settings;

@@ -16,12 +16,12 @@ use self::outcome::{Outcome, Via};
 pub use self::recover::Recovered;
 use self::secrets::Refresh;
 
+use crate::claim::{Claim, Finished};
 use crate::config::{self, ConfigError};
 use crate::db::Database;
 use crate::ids::EventId;
 use crate::log::{Level, Log};
 use crate::metrics;
-use crate::pipeline::{Claim, Finished};
 use crate::provider::{Parsed, Provider, Signed, Unsigned};
 use crate::response::{Disposition, Problem, Rejection};
 
@@ -170,7 +170,7 @@ impl<P: Provider> Receiver<P> {
         let provider = self.provider();
         let outcome = self
             .database
-            .run(&crate::pipeline::Settle {
+            .run(&crate::claim::Settle {
                 claim: &claim,
                 plan: provider.plan(parsed),
             })

@@ -70,7 +70,7 @@ impl<P: Provider> Receiver<P> {
         event_ids: &[&str],
     ) -> Result<std::collections::HashSet<String>, crate::db::DeliveryError> {
         self.database
-            .run(&crate::pipeline::Claimed {
+            .run(&crate::claim::Claimed {
                 provider: P::NAME,
                 event_ids,
             })
