@@ -335,7 +335,7 @@ fn values(project: &Path, p: &Provider) -> Result<Values, String> {
         text,
         retention: p.deploy("retention").is_some(),
         eventbridge: p.deploy("eventbridge") == Some("true"),
-        // The provider completes events from its sender's API (claimonce::fetch).
+        // The provider completes events from its sender's API (claimonce::complete).
         api: p.get("api_key_var").is_some(),
         deadline,
         manifest,

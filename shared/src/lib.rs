@@ -123,7 +123,7 @@
 //! (`db::Settings::connect`) exists only with the `jobs` feature, which the jobs turn on and a
 //! provider crate does not: its code is handed a claim's transaction, never a connection. A
 //! provider whose events carry only a reference to their data (Stripe's thin events) turns on
-//! `sender-api` instead, and completes them before the claim through [`fetch`].
+//! `sender-api` instead, and completes them before the claim through [`complete`].
 
 #![warn(missing_docs)]
 
@@ -135,10 +135,10 @@ pub mod bridge;
 // The jobs' and tests', not a provider crate's: out of the documented surface.
 #[doc(hidden)]
 pub mod claim;
+pub mod complete;
 pub mod config;
 pub mod db;
 mod effect;
-pub mod fetch;
 pub mod forward;
 mod headers;
 mod ids;

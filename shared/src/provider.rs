@@ -12,8 +12,8 @@ use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
 use crate::bridge::Bridged;
+use crate::complete::{Incomplete, SenderApi};
 use crate::effect::{Plan, RustEffect};
-use crate::fetch::{Incomplete, SenderApi};
 use crate::headers::{HeaderFault, one_header};
 use crate::ids::EventId;
 use crate::response::{Handshake, Problem, Rejection};
@@ -270,7 +270,7 @@ pub trait Provider: ProviderName + Send + Sync + 'static {
     /// Completes an event that carries only a reference to its data (a Stripe thin event)
     /// from the sender's own API (`api`: `None` when the function has none configured), after
     /// it was verified and parsed and before its claim: outside any transaction, each GET
-    /// bounded ([`crate::fetch`]). The event it returns is the one claimed and applied, under
+    /// bounded ([`crate::complete`]). The event it returns is the one claimed and applied, under
     /// the id it carries (which may be another than the parsed one: the snapshot event a thin
     /// event stands for); `None` keeps the event as parsed, which the default does. An error
     /// fails this delivery, to be tried again.

@@ -12,7 +12,7 @@ pub struct Entry {
     /// `secret_var`: the variable its signing secrets come from (or `<secret_var>_ARN`).
     pub secret_var: &'static str,
     /// `api_key_var`, `api_base_var` and `api_base`, when the provider completes events from
-    /// its sender's API ([`crate::fetch`]).
+    /// its sender's API ([`crate::complete`]).
     pub api: Option<ApiEntry>,
 }
 

@@ -41,9 +41,9 @@
 
 use std::time::{Duration, Instant};
 
+use claimonce::complete::{self, SenderApi};
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Database, Settings};
-use claimonce::fetch::{self, SenderApi};
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, ApiKey};
@@ -719,7 +719,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             .await?;
         let api = Api::from_env("STRIPE_API_BASE", DEFAULT_API_BASE)?;
         let window = Window::from_env()?;
-        let fetch_timeout = fetch::timeout_from_env()?;
+        let fetch_timeout = complete::timeout_from_env()?;
         let settings = Settings::from_env().await?;
         let contexts = contexts_from_env()?;
         Ok::<_, ConfigError>(

@@ -2,8 +2,8 @@
 //! (provision a customer and queue its welcome email in the outbox, credit an account, keep
 //! subscriptions newest-first).
 
+use claimonce::complete::{Incomplete, SenderApi};
 use claimonce::config;
-use claimonce::fetch::{Incomplete, SenderApi};
 use claimonce::prelude::*;
 use claimonce::verify::timestamp_v1::TimestampV1;
 use serde::Deserialize;

@@ -1,7 +1,7 @@
 //! Stripe's thin events: a small, unversioned notification (`"object": "v2.core.event"`, an
 //! id, a type, a `related_object`, and during a migration from snapshot events the
 //! `snapshot_event` it stands for), signed and delivered as a snapshot event is, whose data the
-//! receiver fetches from Stripe's API before the claim ([`claimonce::fetch`]).
+//! receiver fetches from Stripe's API before the claim ([`claimonce::complete`]).
 //!
 //! - With `snapshot_event`, the snapshot event itself is fetched (`GET /v1/events/{id}`) and
 //!   applied under its own id: a snapshot event and its thin twin are one claim.
@@ -24,7 +24,7 @@
 //!   no fetch: reading it would need a key with more rights than the effects, and a refusal
 //!   would fail the delivery on every retry.
 
-use claimonce::fetch::{Incomplete, SenderApi};
+use claimonce::complete::{Incomplete, SenderApi};
 use claimonce::prelude::*;
 use serde::Deserialize;
 

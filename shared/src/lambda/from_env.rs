@@ -23,7 +23,7 @@ pub async fn run_from_env<P: Provider>(
         let entry = crate::registry::Entry::from_manifest(P::MANIFEST)?;
         let bridge = crate::bridge::Bridge::from_env(P::NAME)?;
         let spill = crate::spill::Spill::from_env()?;
-        let api = crate::fetch::SenderApi::from_env(&entry).await?;
+        let api = crate::complete::SenderApi::from_env(&entry).await?;
         let limits = Limits::from_env()?;
         let settings = crate::db::Settings::from_env().await?;
         let concurrency = Concurrency::from_env()?;

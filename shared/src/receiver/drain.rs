@@ -116,10 +116,10 @@ impl<P: Provider> Receiver<P> {
         let timeouts = self.database.timeouts();
         let mut need = timeouts.connect + timeouts.delivery + crate::db::Timeouts::CANCEL;
         if api {
-            need += self
-                .api
-                .as_ref()
-                .map_or(std::time::Duration::ZERO, crate::fetch::SenderApi::timeout);
+            need += self.api.as_ref().map_or(
+                std::time::Duration::ZERO,
+                crate::complete::SenderApi::timeout,
+            );
         }
         tokio::time::Instant::now() + need <= deadline
     }

@@ -79,8 +79,8 @@ pub struct Receiver<P> {
     /// The partner event source and event queue it takes EventBridge events from
     /// ([`crate::bridge`]).
     bridge: Option<crate::bridge::Bridge>,
-    /// The sender's API, for events completed before their claim ([`crate::fetch`]).
-    api: Option<crate::fetch::SenderApi>,
+    /// The sender's API, for events completed before their claim ([`crate::complete`]).
+    api: Option<crate::complete::SenderApi>,
 }
 
 impl<P: Provider> Receiver<P> {
@@ -102,7 +102,7 @@ impl<P: Provider> Receiver<P> {
     // The jobs' and tests', not a provider crate's: out of the documented surface.
     #[doc(hidden)]
     /// Completes events from `api` before their claim ([`Provider::complete`]).
-    pub fn with_sender_api(mut self, api: Option<crate::fetch::SenderApi>) -> Self {
+    pub fn with_sender_api(mut self, api: Option<crate::complete::SenderApi>) -> Self {
         self.api = api;
         self
     }
@@ -147,7 +147,7 @@ impl<P: Provider> Receiver<P> {
         match crate::rare(provider.complete(&parsed, self.api.as_ref())).await {
             Ok(None) => Ok((parsed, Some(payload_sha256))),
             Ok(Some(completed)) => Ok((completed, None)),
-            Err(crate::fetch::Incomplete(why)) => Err(Outcome {
+            Err(crate::complete::Incomplete(why)) => Err(Outcome {
                 error: Some(format!("the event could not be completed: {why}")),
                 ..Outcome::of(parsed, Disposition::Error)
             }),
