@@ -7,8 +7,6 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::Value;
-
 pub use crate::metrics::Metric;
 
 /// When a job must stop starting new units of work.
@@ -45,26 +43,6 @@ impl Budget {
     pub fn remaining(&self) -> Duration {
         self.stop_at.saturating_duration_since(Instant::now())
     }
-}
-
-/// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
-/// schedule, or an operator's `aws lambda invoke --payload`) gets a budget ending `margin`
-/// before its deadline and the event, and is answered with the report `job` returns.
-pub async fn serve<F, Fut>(margin: Duration, job: F) -> Result<(), lambda_runtime::Error>
-where
-    F: Fn(Budget, Value) -> Fut,
-    Fut: std::future::Future<Output = Result<Value, lambda_runtime::Error>> + Send,
-{
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: lambda_runtime::LambdaEvent<Value>| {
-            crate::lambda::begin(&event.context);
-            job(
-                Budget::before_deadline(event.context.deadline(), margin),
-                event.payload,
-            )
-        },
-    ))
-    .await
 }
 
 /// The function's name as Lambda sets it (`AWS_LAMBDA_FUNCTION_NAME`), else `default`: the

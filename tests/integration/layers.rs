@@ -7,9 +7,10 @@ use std::path::Path;
 
 use claimonce_local::functions;
 
-/// Each top-level module of `shared/src` and the modules it names with `crate::`.
-fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// Each source file of `shared/src`: its top-level module, and its code before its tests,
+/// without comments.
+fn sources(src: &Path) -> Vec<(String, String)> {
+    let mut found = Vec::new();
     let mut pending = vec![src.to_path_buf()];
     while let Some(dir) = pending.pop() {
         for entry in std::fs::read_dir(&dir).expect("a source folder") {
@@ -30,7 +31,6 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 .trim_end_matches(".rs")
                 .to_owned();
             let text = std::fs::read_to_string(&path).expect("a source file");
-            // The code before its tests, without comments.
             let code = [
                 "#[cfg(test)]\nmod tests",
                 "#[cfg(test)]\nmod proptests",
@@ -39,22 +39,65 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             .iter()
             .filter_map(|marker| text.find(marker))
             .min()
-            .map_or(text.as_str(), |end| &text[..end]);
-            let names = graph.entry(module.clone()).or_default();
-            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for part in line.split("crate::").skip(1) {
-                    let name: String = part
-                        .chars()
-                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-                        .collect();
-                    if !name.is_empty() && name != module {
-                        names.insert(name);
-                    }
-                }
+            .map_or(text.as_str(), |end| &text[..end])
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+            found.push((module, code));
+        }
+    }
+    found
+}
+
+/// Each top-level module of `shared/src` and the modules it names with `crate::`.
+fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in sources(src) {
+        let names = graph.entry(module.clone()).or_default();
+        for part in code.split("crate::").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if !name.is_empty() && name != module {
+                names.insert(name);
             }
         }
     }
     graph
+}
+
+/// The Lambda boundary is the crate's outer edge: only `lambda/` names a Lambda crate's type,
+/// and no module of the core imports the boundary, so the receiver can be read, run and
+/// tested without Lambda.
+#[test]
+fn only_the_lambda_boundary_knows_lambda() {
+    let src = functions::workspace_root().join("shared").join("src");
+    let mut files = 0;
+    let mut mixed = Vec::new();
+    for (module, code) in sources(&src) {
+        files += 1;
+        if module == "lambda" || module == "lib" {
+            continue;
+        }
+        for name in [
+            "lambda_runtime",
+            "lambda_http",
+            "aws_lambda_events",
+            "crate::lambda",
+        ] {
+            if code.contains(name) {
+                mixed.push(format!("{module} names {name}"));
+            }
+        }
+    }
+    assert!(files > 30, "only {files} source files read");
+    assert_eq!(
+        mixed,
+        Vec::<String>::new(),
+        "the core names the Lambda boundary"
+    );
 }
 
 #[test]

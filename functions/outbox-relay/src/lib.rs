@@ -613,7 +613,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let relay = log.config(built)?;
     let relay = &relay;
-    scheduled::serve(relay.margin(), move |budget, _event| async move {
+    claimonce::lambda::serve_scheduled(relay.margin(), move |budget, _event| async move {
         Ok(relay.run(&budget).await?.to_json())
     })
     .await

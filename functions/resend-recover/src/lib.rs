@@ -431,7 +431,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let recoverer = log.config(built)?;
     let recoverer = &recoverer;
-    scheduled::serve(recoverer.margin(), move |budget, _event| async move {
+    claimonce::lambda::serve_scheduled(recoverer.margin(), move |budget, _event| async move {
         Ok(Box::pin(recoverer.run(&budget)).await?.to_json())
     })
     .await

@@ -440,7 +440,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let sweeper = log.config(built)?;
     let sweeper = &sweeper;
-    scheduled::serve(sweeper.margin(), move |budget, _event| async move {
+    claimonce::lambda::serve_scheduled(sweeper.margin(), move |budget, _event| async move {
         Ok(sweeper.run(&budget).await?.to_json())
     })
     .await

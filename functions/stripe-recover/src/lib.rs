@@ -730,7 +730,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     .await;
     let recoverer = log.config(built)?;
     let recoverer = &recoverer;
-    scheduled::serve(recoverer.margin(), move |budget, event| async move {
+    claimonce::lambda::serve_scheduled(recoverer.margin(), move |budget, event| async move {
         let window = recoverer.window.for_invocation(&event)?;
         // Boxed: the run's future is deep (HTTP client, database driver) and its layout
         // otherwise overflows the compiler's query depth inside the runtime's service.

@@ -72,6 +72,31 @@ pub fn begin(context: &lambda_runtime::Context) {
     crate::log::begin(invocation(context));
 }
 
+// The jobs', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
+/// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
+/// schedule, or an operator's `aws lambda invoke --payload`) gets a budget ending `margin`
+/// before its deadline and the event, and is answered with the report `job` returns.
+pub async fn serve_scheduled<F, Fut>(
+    margin: std::time::Duration,
+    job: F,
+) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(crate::scheduled::Budget, serde_json::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, lambda_runtime::Error>> + Send,
+{
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
+            begin(&event.context);
+            job(
+                crate::scheduled::Budget::before_deadline(event.context.deadline(), margin),
+                event.payload,
+            )
+        },
+    ))
+    .await
+}
+
 /// Set once the first invocation has checked the login's statement bound against the
 /// function's timeout.
 static BOUND_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
