@@ -59,7 +59,7 @@ fuzz_target!(|data: &[u8]| {
     receivers.take_log();
     for receiver in &receivers.all {
         // The payload as the runtime sends it: serialised.
-        let payload = RUNTIME.block_on(claimonce::lambda::handle_event(&receiver, event));
+        let payload = RUNTIME.block_on(receiver.handle_event(event));
         let sent = serde_json::to_value(&payload).expect("the payload serialises");
         check(&sent, &receivers.take_log());
     }

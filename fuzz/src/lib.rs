@@ -45,7 +45,7 @@ pub trait Fuzzed: Send + Sync {
     /// is `InvalidPayload` (400); an accepted event has a usable ledger key, and its delivery
     /// statement composes and calls its effect under the claim.
     fn check_signed_body(&self, body: &[u8], now: u64);
-    /// The raw Lambda event text through the receiver's `handle_event`.
+    /// The raw Lambda event text through `claimonce::lambda::handle_event`.
     fn handle_event<'a>(
         &'a self,
         event: &'a str,
