@@ -3,7 +3,7 @@
 //! orders kept newest-first, and an uninstalled shop marked.
 //!
 //! **The ledger key is the body's SHA-256**, the house rule for a sender that signs only the
-//! body (GitHub's, ARCHITECTURE.md "GitHub's ledger key"): `X-Shopify-Webhook-Id` and
+//! body (GitHub's, docs/decisions/0021): `X-Shopify-Webhook-Id` and
 //! `X-Shopify-Event-Id` are unsigned, so keyed by either, a captured body re-sent under a fresh
 //! id would be a new event. The webhook id is logged as the delivery id, to find the delivery
 //! in Shopify's records.
