@@ -342,7 +342,7 @@ def main(argv):
     quickstart_path, main_path, deploy_path = argv
     folder = os.path.dirname(os.path.abspath(quickstart_path))
     deploy = open(deploy_path).read()
-    stated = re.search(r"stack name of at most (\d+) characters", deploy)
+    stated = re.search(r"stack\s+name\s+of\s+at\s+most\s+(\d+)\s+characters", deploy)
     texts = {p: open(p).read() for p in [quickstart_path, deploy_path, "README.md",
                                          *sorted(glob.glob("docs/*.md"))] if os.path.exists(p)}
     results = check(cfn_yaml.load(quickstart_path), cfn_yaml.load(main_path),
