@@ -7,7 +7,8 @@
 //! it, a captured body re-sent under a fresh id would be a new event. Keyed by the hash of
 //! what the signature covers, GitHub's own redelivery (the same body) and a replay under any
 //! headers are both duplicates. The delivery id is still logged, to find the delivery in
-//! GitHub's settings. What this costs is in docs/decisions/0021-githubs-ledger-key-is-the-bodys-hash.md.
+//! GitHub's settings. What this costs is in
+//! docs/decisions/0021-githubs-ledger-key-is-the-bodys-hash.md.
 
 use claimonce::prelude::*;
 use claimonce::timestamp::{is_rfc3339, rfc3339_from_unix};

@@ -3,10 +3,10 @@
 //! orders kept newest-first, and an uninstalled shop marked.
 //!
 //! **The ledger key is the body's SHA-256**, the house rule for a sender that signs only the
-//! body (GitHub's, docs/decisions/0021): `X-Shopify-Webhook-Id` and
-//! `X-Shopify-Event-Id` are unsigned, so keyed by either, a captured body re-sent under a fresh
-//! id would be a new event. The webhook id is logged as the delivery id, to find the delivery
-//! in Shopify's records.
+//! body (GitHub's, docs/decisions/0021-githubs-ledger-key-is-the-bodys-hash.md):
+//! `X-Shopify-Webhook-Id` and `X-Shopify-Event-Id` are unsigned, so keyed by either, a captured
+//! body re-sent under a fresh id would be a new event. The webhook id is logged as the delivery
+//! id, to find the delivery in Shopify's records.
 //!
 //! **The topic cannot pick the effect.** `X-Shopify-Topic` is unsigned too, so what an event
 //! does is read from its signed body: every `orders/*` topic keeps the same order row, in the
