@@ -29,6 +29,14 @@ pub fn now() -> u64 {
         .as_secs()
 }
 
+/// `seconds_ago` before now as RFC 3339 in UTC with milliseconds, as Stripe's v2 API writes a
+/// time (`2026-12-02T10:00:00.000Z`): a fixture a test compares with the clock is made from it.
+pub fn rfc3339_ago(seconds_ago: u64) -> String {
+    let at = i64::try_from(now() - seconds_ago).expect("seconds fit");
+    let text = claimonce::timestamp::rfc3339_from_unix(at).expect("a year from 1 to 9999");
+    format!("{}.000Z", text.trim_end_matches('Z'))
+}
+
 /// A `Stripe-Signature` header value for `body` at `t` with `secret`.
 pub fn stripe_header(secret: &str, t: u64, body: &[u8]) -> String {
     format!("t={t},v1={}", timestamp_v1::sign(secret, t, body))

@@ -941,7 +941,7 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
         let body = json!({
             "id": format!("evt_test_late{n}"), "object": "v2.core.event",
             "type": "v1.invoice.paid", "livemode": false,
-            "created": "2026-12-02T10:00:00.000Z", "context": null,
+            "created": claimonce_tests::sign::rfc3339_ago(3600), "context": null,
             "related_object": {"id": format!("in_late{n}"), "type": "invoice",
                                "url": format!("/v1/invoices/in_late{n}")},
         })

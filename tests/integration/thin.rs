@@ -25,7 +25,7 @@ fn in_account(mut event: Value, account: &str) -> Value {
 fn thin(id: &str, kind: &str, url: Option<&str>, snapshot_event: Option<&str>) -> Value {
     let mut event = json!({
         "id": id, "object": "v2.core.event", "type": kind, "livemode": false,
-        "created": "2026-12-02T10:00:00.000Z", "context": null,
+        "created": claimonce_tests::sign::rfc3339_ago(3600), "context": null,
     });
     if let Some(url) = url {
         let object = url.rsplit('/').next().unwrap_or_default();

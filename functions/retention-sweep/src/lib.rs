@@ -19,7 +19,7 @@
 //! no role has): nothing but another sweep ever locks an old ledger row, the function's
 //! reserved concurrency of 1 rules that out, and `lock_timeout` bounds the wait if it happens.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
@@ -271,6 +271,22 @@ async fn batch(client: &Client, timeouts: &Timeouts, sql: &str) -> Result<u64, S
     }
 }
 
+/// The database's time now, in Unix seconds: one statement.
+async fn database_now(client: &Client, timeouts: &Timeouts) -> Result<u64, String> {
+    let read = client.simple_query("SELECT floor(extract(epoch FROM now()))::bigint");
+    match tokio::time::timeout(timeouts.delivery, read).await {
+        Err(_) => Err("reading the database's clock timed out".into()),
+        Ok(Err(e)) => Err(summary(&e)),
+        Ok(Ok(messages)) => messages
+            .iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+                _ => None,
+            })
+            .ok_or_else(|| "the database's clock returned nothing".into()),
+    }
+}
+
 /// What decides, before each batch, whether the run may start another.
 pub trait Allowance {
     /// True when one more batch may start, `done` batches into the run.
@@ -294,7 +310,7 @@ impl Allowance for MaxBatches {
     }
 }
 
-/// Removes, batch by batch, ledger rows received before `now - retention_days`, then outbox
+/// Removes, batch by batch, ledger rows received before the database's `now() - retention_days`, then outbox
 /// rows dispatched before it, while `budget` allows another batch. The cutoff is fixed at
 /// the start, so a run's work is finite however busy the receivers are.
 pub async fn sweep<A: Allowance + ?Sized>(
@@ -303,9 +319,17 @@ pub async fn sweep<A: Allowance + ?Sized>(
     policy: &Policy,
     budget: &A,
 ) -> Report {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    // The database's clock, which stamped every row: a function's clock that runs ahead of it
+    // would remove rows still inside their window.
+    let now = match database_now(client, timeouts).await {
+        Ok(now) => now,
+        Err(e) => {
+            return Report {
+                error: Some(e),
+                ..Report::default()
+            };
+        }
+    };
     let cutoff = |days: u32| now.saturating_sub(u64::from(days) * 86_400);
     let mut jobs: Vec<(Table, u64)> = policy
         .ledger_windows()
