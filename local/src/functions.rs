@@ -240,8 +240,8 @@ pub enum Binaries {
     /// -p claimonce-local` built untouched, so the next `cargo run -p claimonce-local -- send`
     /// does not build it again with the workspace's features.
     Providers,
-    /// Every binary of the workspace, with the workspace's features, as `cargo test
-    /// --workspace` builds them: what the tests start.
+    /// Every binary of the workspace, with the workspace's features and the fault points
+    /// (`claimonce/faults`, armed only by `CLAIMONCE_FAULTS`): what the tests start.
     Workspace,
 }
 
@@ -297,7 +297,7 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
             }
         }
         Binaries::Workspace => {
-            command.arg("--workspace");
+            command.args(["--workspace", "--features", "claimonce/faults"]);
         }
     }
     if !command.status()?.success() {

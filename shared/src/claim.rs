@@ -25,6 +25,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::db::{Attempted, DeliveryError, Work};
 use crate::effect::{Effect, Plan};
+use crate::fault::{self, Point};
 
 /// The ledger row this delivery tries to insert.
 #[derive(Debug)]
@@ -167,6 +168,12 @@ impl<A: Apply> Work for Settle<'_, A> {
         deadline: tokio::time::Instant,
     ) -> futures_util::future::BoxFuture<'c, Attempted<Finished>> {
         Box::pin(async move {
+            if let Err(injected) = fault::hit(Point::ClaimSend).await {
+                return Attempted {
+                    outcome: Err(injected_error(injected)),
+                    reusable: true,
+                };
+            }
             let effect = match &self.plan {
                 Plan::Rust(apply) => {
                     return run_in_rust(client, self.claim, apply, deadline).await;
@@ -176,10 +183,11 @@ impl<A: Apply> Work for Settle<'_, A> {
             };
             // One statement in its implicit transaction: whatever it answered, the server has
             // ended that transaction.
+            let outcome = run(client, self.claim, effect)
+                .await
+                .map_err(DeliveryError::Failed);
             Attempted {
-                outcome: run(client, self.claim, effect)
-                    .await
-                    .map_err(DeliveryError::Failed),
+                outcome: after_commit(outcome).await,
                 reusable: true,
             }
         })
@@ -250,7 +258,11 @@ pub(crate) async fn run_in_rust(
         Ok(((), rows)) => match read(&rows, true) {
             Finished::Processed => {
                 let tx = crate::effect::Tx::new(client, deadline);
-                match apply.apply(&tx).await {
+                let applied = match fault::hit(Point::ClaimWon).await {
+                    Ok(()) => apply.apply(&tx).await,
+                    Err(injected) => Err(crate::effect::EffectError::failed(injected.0.name())),
+                };
+                match applied {
                     // A statement that failed aborted the transaction, and COMMIT would answer
                     // with a silent rollback: an effect that went on past its error has failed.
                     Ok(()) if tx.failed() => {
@@ -271,16 +283,25 @@ pub(crate) async fn run_in_rust(
     match outcome {
         // The commit's own failure (a deferred constraint) ends the transaction too, but the
         // connection is trusted again only on an answer that says the transaction is over.
-        Ok(finished) => match client.batch_execute("COMMIT").await {
-            Ok(()) => Attempted {
-                outcome: Ok(finished),
-                reusable: true,
-            },
-            Err(e) => Attempted {
-                outcome: Err(DeliveryError::Failed(e)),
-                reusable: false,
-            },
-        },
+        Ok(finished) => {
+            if let Err(injected) = fault::hit(Point::CommitSend).await {
+                // Ended as a failed effect's transaction is.
+                return Attempted {
+                    outcome: Err(injected_error(injected)),
+                    reusable: client.batch_execute("ROLLBACK").await.is_ok(),
+                };
+            }
+            match client.batch_execute("COMMIT").await {
+                Ok(()) => Attempted {
+                    outcome: after_commit(Ok(finished)).await,
+                    reusable: true,
+                },
+                Err(e) => Attempted {
+                    outcome: Err(DeliveryError::Failed(e)),
+                    reusable: false,
+                },
+            }
+        }
         Err(e) => {
             let usable = !client.is_closed()
                 && !matches!(&e, DeliveryError::Failed(f) if crate::pg_error::connection_lost(f));
@@ -295,6 +316,20 @@ pub(crate) async fn run_in_rust(
             }
         }
     }
+}
+
+/// What a committed (or failed) delivery answers once the database has answered it: the
+/// `committed` fault point's error stands for an answer lost after the commit.
+async fn after_commit(outcome: Result<Finished, DeliveryError>) -> Result<Finished, DeliveryError> {
+    match fault::hit(Point::Committed).await {
+        Ok(()) => outcome,
+        Err(injected) => Err(injected_error(injected)),
+    }
+}
+
+/// A fault point's `error`, as the delivery's own failure: answered 500, never spilled.
+fn injected_error(injected: fault::Injected) -> DeliveryError {
+    DeliveryError::Effect(crate::effect::EffectError::failed(injected.0.name()))
 }
 
 #[cfg(test)]

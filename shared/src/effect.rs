@@ -219,12 +219,17 @@ impl<'c> Tx<'c> {
         self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn note<T>(&self, result: Result<T, tokio_postgres::Error>) -> Result<T, EffectError> {
+    /// A statement's result, noted; then the fault point between an effect's statements.
+    async fn note<T>(&self, result: Result<T, tokio_postgres::Error>) -> Result<T, EffectError> {
         if result.is_err() {
             self.failed
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(result?)
+        let answered = result?;
+        crate::fault::hit(crate::fault::Point::EffectStatement)
+            .await
+            .map_err(|injected| EffectError::failed(injected.0.name()))?;
+        Ok(answered)
     }
 
     fn admit(&self, sql: &str) -> Result<(), EffectError> {
@@ -258,7 +263,7 @@ impl<'c> Tx<'c> {
             {}
             Ok(stream.rows_affected().unwrap_or(0))
         };
-        self.note(run.await)
+        self.note(run.await).await
     }
 
     /// Runs a statement and returns its rows.
@@ -271,7 +276,7 @@ impl<'c> Tx<'c> {
                 .await?;
             futures_util::TryStreamExt::try_collect(stream).await
         };
-        self.note(run.await)
+        self.note(run.await).await
     }
 
     /// Runs a statement that returns at most one row.

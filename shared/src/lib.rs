@@ -139,6 +139,7 @@ pub mod complete;
 pub mod config;
 pub mod db;
 mod effect;
+pub mod fault;
 pub mod forward;
 mod headers;
 mod ids;

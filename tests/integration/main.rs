@@ -22,4 +22,5 @@ mod runbook;
 mod sam;
 mod spill;
 mod stripe;
+mod sweep;
 mod thin;

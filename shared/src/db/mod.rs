@@ -258,8 +258,11 @@ pub struct StatementBound {
 const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM pg_settings \
                                WHERE name = 'statement_timeout'";
 
-/// A slot held by one delivery: its connection while it runs, given back (or `None`, when it
-/// was discarded) when the delivery ends, however it ends.
+/// A slot held by one delivery: its connection between attempts, given back (or `None`, when
+/// it was discarded) when the delivery ends, however it ends. While an attempt runs, the
+/// attempt owns the connection and puts it back here only when it ended clean (no transaction
+/// open, nothing unread): a panic or a dropped future mid-attempt drops it instead, which
+/// closes the socket, and the server rolls back whatever it left open.
 struct Held<'d> {
     database: &'d Database,
     connection: Option<Connection>,
@@ -362,12 +365,16 @@ impl Database {
         if held.connection.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(None);
         }
-        let connection = held.connection.insert(self.settings.open().await?);
+        let connection = self.settings.open().await?;
         let read = tokio::time::timeout(
             self.settings.timeouts().delivery,
             connection.query_typed(STATEMENT_BOUND, &[]),
         )
         .await;
+        // Kept only when its statement was answered: one left in flight is not clean.
+        if matches!(read, Ok(Ok(_))) {
+            held.connection = Some(connection);
+        }
         let bound = match read {
             Ok(Ok(rows)) => rows.first().and_then(|row| {
                 let ms: i64 = row.try_get(0).ok()?;
@@ -459,18 +466,20 @@ impl Database {
                     opened
                 }
             };
-            let connection = slot.insert(connection);
             if tokio::time::Instant::now() >= deadline {
+                *slot = Some(connection);
                 return Err(DeliveryError::TimedOut);
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some(Arc::clone(&connection.cancel));
+            // The attempt owns the connection: should it panic or its future be dropped, the
+            // connection goes with it, never back to the slot.
             let Attempted { outcome, reusable } = work.attempt(&connection.client, deadline).await;
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
-            if !reusable {
-                // It may still hold this delivery's transaction open: never reused. Dropping
-                // it closes the socket, and the server rolls the transaction back.
-                *slot = None;
+            // One that may still hold this delivery's transaction open is never reused:
+            // dropped here, it closes its socket, and the server rolls the transaction back.
+            if reusable {
+                *slot = Some(connection);
             }
             match outcome {
                 Ok(finished) => return Ok(finished),

@@ -49,9 +49,22 @@ impl<P: Provider> Receiver<P> {
             None => Vec::new(),
         }
         .into_iter();
-        for record in records {
+        for (n, record) in records.iter().enumerate() {
             let proof = proofs.next().flatten();
             let started = Instant::now();
+            if n > 0
+                && let Err(injected) = crate::fault::hit(crate::fault::Point::DrainRecord).await
+            {
+                response.fail(&record.message_id);
+                let failed = Outcome::failed(injected.to_string());
+                let via = Via::Spill {
+                    sqs_message_id: &record.message_id,
+                    receive_count: record.receive_count(),
+                    queued_seconds: None,
+                };
+                self.log_outcome(via, &failed, started.elapsed().as_secs_f64() * 1000.0);
+                continue;
+            }
             if !self.fits(deadline, false) {
                 response.fail(&record.message_id);
                 self.log_untried(record);
@@ -85,6 +98,7 @@ impl<P: Provider> Receiver<P> {
                     (outcome, via)
                 }
             };
+            let outcome = outcome.at_answer().await;
             if !matches!(
                 outcome.disposition,
                 Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
@@ -174,6 +188,9 @@ impl<P: Provider> Receiver<P> {
                 received_at,
             }) => {
                 let queued = Some(unix_now().saturating_sub(received_at));
+                if let Err(injected) = crate::fault::hit(crate::fault::Point::Admitted).await {
+                    return (Outcome::injected(parsed, injected), queued);
+                }
                 match self.complete_within(parsed, sha, deadline).await {
                     Ok((parsed, sha)) => {
                         (self.settle_queued(parsed, sha, unavailable).await, queued)

@@ -70,6 +70,30 @@ impl Outcome {
         }
     }
 
+    /// A parsed event failed by a fault point's `error` ([`crate::fault`]).
+    pub(crate) fn injected<E>(
+        parsed: crate::provider::Parsed<E>,
+        injected: crate::fault::Injected,
+    ) -> Self {
+        Self {
+            error: Some(injected.to_string()),
+            ..Self::of(parsed, Disposition::Error)
+        }
+    }
+
+    /// This outcome once the `answer` fault point is passed: its `error` stands for an answer
+    /// that failed after the delivery settled.
+    pub(crate) async fn at_answer(self) -> Self {
+        match crate::fault::hit(crate::fault::Point::Answer).await {
+            Ok(()) => self,
+            Err(injected) => Self {
+                disposition: Disposition::Error,
+                error: Some(injected.to_string()),
+                ..self
+            },
+        }
+    }
+
     /// A parsed event's outcome, named by its id, type and delivery id.
     pub(crate) fn of<E>(parsed: crate::provider::Parsed<E>, disposition: Disposition) -> Self {
         Self {

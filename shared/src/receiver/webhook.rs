@@ -3,6 +3,7 @@
 //! `delivery` line; the boundary answers its disposition.
 
 use super::*;
+use crate::fault::{self, Point};
 
 impl<P: Provider> Receiver<P> {
     /// One webhook, admitted, completed, settled and logged: the disposition to answer.
@@ -21,10 +22,14 @@ impl<P: Provider> Receiver<P> {
             Err(r) => Outcome::rejected(r, None),
             Ok(Admission::Handshake(answer)) => Outcome::handshake(answer),
             Ok(Admission::Delivery(admitted)) => {
-                match self
-                    .complete(admitted.parsed, admitted.payload_sha256)
-                    .await
-                {
+                let completed = match fault::hit(Point::Admitted).await {
+                    Ok(()) => {
+                        self.complete(admitted.parsed, admitted.payload_sha256)
+                            .await
+                    }
+                    Err(injected) => Err(Outcome::injected(admitted.parsed, injected)),
+                };
+                match completed {
                     Err(outcome) => outcome,
                     Ok((parsed, sha)) => {
                         let settled = self.settle(&parsed, sha).await;
@@ -35,6 +40,7 @@ impl<P: Provider> Receiver<P> {
                 }
             }
         };
+        let outcome = outcome.at_answer().await;
         self.log_delivery(started, request_id, outcome)
     }
 
@@ -108,7 +114,11 @@ impl<P: Provider> Receiver<P> {
         let (disposition, error) = match settled {
             Ok(disposition) => (disposition, None),
             Err(e) => match (&self.spill, e.unavailable()) {
-                (Some(spill), Some(reason)) => {
+                (Some(spill), Some(reason)) => 'spilling: {
+                    if let Err(injected) = fault::hit(Point::SpillSend).await {
+                        let why = format!("{}; not queued: {injected}", e.summary());
+                        break 'spilling (Disposition::Error, Some(why));
+                    }
                     let spilled = crate::spill::Spilled {
                         provider: P::NAME,
                         event_id: parsed.event_id.as_str(),

@@ -1,0 +1,214 @@
+//! Named fault points: each step of a way in where a fault can strike, declared once below
+//! with the ways in that reach it. The tests' sweep tries every point with every fault
+//! (`tests/integration/sweep.rs`), so a point joins it by being declared here.
+//!
+//! A point does something only in a build with the `faults` feature, which only the tests'
+//! builds of the function binaries turn on, and only when `CLAIMONCE_FAULTS` arms it:
+//! `point=fault[;point=fault...]`, each fault fired at the point's first hit in the process,
+//! then disarmed (the sender's retry then meets no fault). The faults:
+//!
+//! | fault | what happens at the point |
+//! | --- | --- |
+//! | `error` | the step fails as a genuine failure of the delivery would |
+//! | `panic` | the step panics |
+//! | `kill` | the process ends at once, as a killed one does (`abort`: no destructor runs) |
+//! | `delay:MS` | the step waits MS milliseconds first (past a deadline) |
+//! | `hold:PATH` | the step connects to the Unix socket PATH, writes the point's name and a newline, and waits for one byte (or the socket's end): the test does what it must meanwhile (stop the database) and releases it |
+//!
+//! Without the feature [`hit`] is an empty function and the variable is never read: no
+//! release binary carries a fault (the CI checks the shipped binaries for the variable's
+//! name).
+
+/// A way a delivery reaches a point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Way {
+    /// An API Gateway request.
+    Webhook,
+    /// A spilled delivery, from the spill queue's batch.
+    Drain,
+}
+
+macro_rules! points {
+    ($( $(#[$doc:meta])* $point:ident = $name:literal, rust_effect: $rust:literal, ways: [$($way:ident),*]; )*) => {
+        /// A named step where a fault can strike.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Point {
+            $( $(#[$doc])* $point, )*
+        }
+
+        impl Point {
+            /// Every point, in the order declared.
+            pub const ALL: &'static [Point] = &[$(Point::$point),*];
+
+            /// Its name in `CLAIMONCE_FAULTS`.
+            pub const fn name(self) -> &'static str {
+                match self { $(Point::$point => $name,)* }
+            }
+
+            /// The ways in that reach it.
+            pub const fn ways(self) -> &'static [Way] {
+                match self { $(Point::$point => &[$(Way::$way),*],)* }
+            }
+
+            /// True when only a delivery whose effect is Rust reaches it.
+            pub const fn needs_rust_effect(self) -> bool {
+                match self { $(Point::$point => $rust,)* }
+            }
+        }
+    };
+}
+
+points! {
+    /// Admitted (verified and parsed), before the event is completed and claimed.
+    Admitted = "admitted", rust_effect: false, ways: [Webhook, Drain];
+    /// On the connection, before the claim's statement is sent.
+    ClaimSend = "claim.send", rust_effect: false, ways: [Webhook, Drain];
+    /// The claim won on its transaction, before the Rust effect runs.
+    ClaimWon = "claim.won", rust_effect: true, ways: [Webhook, Drain];
+    /// After each statement of a Rust effect, before its next (or its return).
+    EffectStatement = "effect.statement", rust_effect: true, ways: [Webhook, Drain];
+    /// The effect done, before `COMMIT` is sent.
+    CommitSend = "commit.send", rust_effect: true, ways: [Webhook, Drain];
+    /// The statement or the `COMMIT` answered, before the connection goes back.
+    Committed = "committed", rust_effect: false, ways: [Webhook, Drain];
+    /// The delivery settled, before it is answered.
+    Answer = "answer", rust_effect: false, ways: [Webhook, Drain];
+    /// The database unavailable, before the delivery is sent to the spill queue.
+    SpillSend = "spill.send", rust_effect: false, ways: [Webhook];
+    /// A spill queue's batch, before each record after the first.
+    DrainRecord = "drain.record", rust_effect: false, ways: [Drain];
+}
+
+/// A fault the step was told to fail with (`error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Injected(pub Point);
+
+impl std::fmt::Display for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an injected fault at {}", self.0.name())
+    }
+}
+
+/// The step at `point` is reached: fires its fault when one is armed.
+#[cfg(not(feature = "faults"))]
+#[inline(always)]
+pub(crate) async fn hit(_point: Point) -> Result<(), Injected> {
+    Ok(())
+}
+
+/// The step at `point` is reached: fires its fault when one is armed.
+#[cfg(feature = "faults")]
+#[allow(clippy::panic, reason = "a panic is one of the faults a test arms")]
+pub(crate) async fn hit(point: Point) -> Result<(), Injected> {
+    let fault = armed::take(point);
+    if let Some(fault) = &fault {
+        // The proof that it fired, before it does (a killed process writes nothing after).
+        crate::log::Log::stdout().write(
+            crate::log::Level::Warn,
+            "fault injected",
+            crate::fields! { point: point.name(), fault: fault.name() },
+        );
+    }
+    match fault {
+        None => Ok(()),
+        Some(armed::Fault::Error) => Err(Injected(point)),
+        Some(armed::Fault::Panic) => panic!("an injected panic at {}", point.name()),
+        Some(armed::Fault::Kill) => std::process::abort(),
+        Some(armed::Fault::Delay(ms)) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            Ok(())
+        }
+        Some(armed::Fault::Hold(path)) => {
+            armed::hold(&path, point).await;
+            Ok(())
+        }
+    }
+}
+
+// Only in the tests' builds: a variable the test wrote wrong stops the binary at once.
+#[cfg(feature = "faults")]
+#[allow(clippy::panic, reason = "a wrongly armed point is the test's mistake")]
+mod armed {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+
+    use super::Point;
+
+    pub(super) enum Fault {
+        Error,
+        Panic,
+        Kill,
+        Delay(u64),
+        Hold(String),
+    }
+
+    impl Fault {
+        pub(super) fn name(&self) -> &'static str {
+            match self {
+                Fault::Error => "error",
+                Fault::Panic => "panic",
+                Fault::Kill => "kill",
+                Fault::Delay(_) => "delay",
+                Fault::Hold(_) => "hold",
+            }
+        }
+    }
+
+    /// The variable that arms the points.
+    const VAR: &str = "CLAIMONCE_FAULTS";
+
+    fn read() -> HashMap<Point, Fault> {
+        let Ok(text) = std::env::var(VAR) else {
+            return HashMap::new();
+        };
+        let mut armed = HashMap::new();
+        for entry in text.split(';').filter(|e| !e.is_empty()) {
+            let (name, fault) = entry
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{VAR}: {entry:?} is not point=fault"));
+            let point = Point::ALL
+                .iter()
+                .copied()
+                .find(|p| p.name() == name)
+                .unwrap_or_else(|| panic!("{VAR}: no fault point is named {name:?}"));
+            let fault = match fault.split_once(':') {
+                None if fault == "error" => Fault::Error,
+                None if fault == "panic" => Fault::Panic,
+                None if fault == "kill" => Fault::Kill,
+                Some(("delay", ms)) => Fault::Delay(
+                    ms.parse()
+                        .unwrap_or_else(|_| panic!("{VAR}: {ms:?} is not milliseconds")),
+                ),
+                Some(("hold", path)) => Fault::Hold(path.to_owned()),
+                _ => panic!("{VAR}: {fault:?} is not a fault"),
+            };
+            armed.insert(point, fault);
+        }
+        armed
+    }
+
+    /// The fault armed at `point`, disarmed as it is taken.
+    pub(super) fn take(point: Point) -> Option<Fault> {
+        static ARMED: OnceLock<Mutex<HashMap<Point, Fault>>> = OnceLock::new();
+        ARMED
+            .get_or_init(|| Mutex::new(read()))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&point)
+    }
+
+    /// Tells the test at `path` that `point` is reached and waits until it answers.
+    pub(super) async fn hold(path: &str, point: Point) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut socket) = tokio::net::UnixStream::connect(path).await else {
+            panic!("{VAR}: nothing listens on the hold socket");
+        };
+        let said = format!("{}\n", point.name());
+        if socket.write_all(said.as_bytes()).await.is_ok() {
+            let mut released = [0u8; 1];
+            let _ = socket.read(&mut released).await;
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Every fault point, tried: the matrix of [`Point::ALL`] × every fault × both runtime modes ×
+//! each way in that reaches the point, generated from the points' declarations
+//! (`claimonce::fault`), so a point joins it by being declared. Each cell starts the real
+//! binary with the point armed (`CLAIMONCE_FAULTS`), drives one delivery into the fault, shows
+//! that the fault fired (the binary's `fault injected` line), lets the sender retry as it
+//! really would (on the same environment, or on a fresh one after a kill), sends the next
+//! event on that environment, and checks the invariants:
+//!
+//! - the event's effect is applied exactly once, and so is the next event's;
+//! - an answer of 200 was durable (its retry is a duplicate);
+//! - the next delivery commits on its own: another session sees it at once;
+//! - no session is left in a transaction.
+//!
+//! The faults: `error`, `panic`, `kill` (the process ends at the point), `delay` (past the
+//! delivery's database deadline) and `gone` (the database stops at the point: the binary waits
+//! there while the test takes the database down, and goes on without it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use claimonce::fault::{Point, Way};
+use claimonce_tests::TestDb;
+use claimonce_tests::apigw::payload_outcome;
+use claimonce_tests::lambda::{Scheduled, function, sample_event};
+use claimonce_tests::outage::Outage;
+use serde_json::{Value, json};
+
+/// The faults every point is tried with.
+const FAULTS: [Fault; 5] = [
+    Fault::Error,
+    Fault::Panic,
+    Fault::Kill,
+    Fault::Delay,
+    Fault::Gone,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Error,
+    Panic,
+    Kill,
+    Delay,
+    Gone,
+}
+
+/// The runtime modes: one invocation at a time, or several at once on a pool smaller than
+/// them (Lambda Managed Instances), where a connection left dirty would serve another
+/// invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Classic,
+    Concurrent,
+}
+
+/// The database deadline of a delivery in the sweep; `delay` waits past it.
+const DELIVERY_MS: u64 = 1500;
+
+/// A sender the sweep delivers for: one whose effects are SQL (Stripe), one whose effect is
+/// Rust on the claim's transaction (Shopify).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Stripe,
+    Shopify,
+}
+
+impl Sender {
+    fn provider(self) -> &'static str {
+        match self {
+            Sender::Stripe => "stripe",
+            Sender::Shopify => "shopify",
+        }
+    }
+
+    fn rust_effect(self) -> bool {
+        self == Sender::Shopify
+    }
+
+    /// Event `n` as an API Gateway request, signed now.
+    fn event(self, n: u64) -> Value {
+        let mut event = match self {
+            Sender::Stripe => {
+                let mut event = sample_event("stripe/invoice.paid.json");
+                let mut body: Value =
+                    serde_json::from_str(event["body"].as_str().expect("a body")).expect("JSON");
+                body["id"] = json!(format!("evt_sweep_{n}"));
+                body["data"]["object"]["customer"] = json!(format!("cus_sweep_{n}"));
+                event["body"] = json!(body.to_string());
+                event
+            }
+            Sender::Shopify => {
+                let mut event = sample_event("shopify/orders.create.json");
+                let mut body: Value =
+                    serde_json::from_str(event["body"].as_str().expect("a body")).expect("JSON");
+                body["id"] = json!(n);
+                event["body"] = json!(body.to_string());
+                event["headers"]["x-shopify-event-id"] = json!(format!("sweep-event-{n}"));
+                event["headers"]["x-shopify-webhook-id"] = json!(format!("sweep-hook-{n}"));
+                event
+            }
+        };
+        event["headers"]
+            .as_object_mut()
+            .expect("headers")
+            .remove("content-length");
+        claimonce_local::sign::resign(&mut event, claimonce_tests::sign::now()).expect("signed");
+        event
+    }
+
+    /// How many times event `n`'s effect was applied, as its rows show.
+    async fn applied(self, db: &TestDb, n: u64) -> i64 {
+        match self {
+            Sender::Stripe => {
+                db.count(&format!(
+                    "SELECT coalesce(sum(credit_balance_cents), 0)::bigint / 2000 FROM customers \
+                     WHERE stripe_customer_id = 'cus_sweep_{n}'"
+                ))
+                .await
+            }
+            Sender::Shopify => {
+                db.count(&format!(
+                    "SELECT count(*) FROM shopify_order_events WHERE order_id = {n}"
+                ))
+                .await
+            }
+        }
+    }
+}
+
+/// What one invocation answered: a status and disposition, or a function error.
+fn answered(ran: &Result<Value, String>) -> String {
+    match ran {
+        Ok(payload) => {
+            let (status, disposition) = payload_outcome(payload);
+            format!("{status} {disposition}")
+        }
+        Err(error) => {
+            let error: Value = serde_json::from_str(error).unwrap_or(Value::Null);
+            format!(
+                "function error {}",
+                error["errorType"].as_str().unwrap_or("?")
+            )
+        }
+    }
+}
+
+/// A spill queue no SQS serves: a send to it fails, as one to an unreachable queue does.
+const NO_SQS: &str = "http://127.0.0.1:9";
+
+/// One environment of `sender`'s function on `url`, in `mode`, with `faults` armed (and a
+/// spill queue, when `spilling`).
+async fn environment(
+    sender: Sender,
+    url: &str,
+    mode: Mode,
+    faults: &str,
+    spilling: bool,
+) -> Scheduled {
+    let f = function(sender.provider());
+    let delivery_ms = DELIVERY_MS.to_string();
+    let mut env = vec![
+        ("DATABASE_URL", url),
+        (f.secret_var, f.dev_secret),
+        ("DB_CONNECT_TIMEOUT_MS", "500"),
+        ("DB_DELIVERY_TIMEOUT_MS", delivery_ms.as_str()),
+        ("CLAIMONCE_FAULTS", faults),
+        ("RUST_BACKTRACE", "0"),
+    ];
+    if mode == Mode::Concurrent {
+        env.extend([
+            ("AWS_LAMBDA_MAX_CONCURRENCY", "4"),
+            ("DB_MAX_CONNECTIONS", "1"),
+        ]);
+    }
+    let queue = format!("{NO_SQS}/123456789012/sweep-spill");
+    let spill = claimonce_local::spill::function_env(&queue, NO_SQS);
+    if spilling {
+        env.extend(spill.iter().map(|(k, v)| (*k, v.as_str())));
+    }
+    Scheduled::start(f.binary, &env).await
+}
+
+/// Sessions of this database in a transaction or running a statement, other than ours.
+async fn busy_sessions(db: &TestDb) -> i64 {
+    db.count(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND backend_type = 'client backend' \
+         AND (state LIKE 'idle in transaction%' OR state = 'active')",
+    )
+    .await
+}
+
+/// Waits until no session of this database is in a transaction: a killed client's backend
+/// ends its transaction once the server sees the socket closed.
+async fn until_no_transaction(db: &TestDb) -> Result<(), String> {
+    for _ in 0..400 {
+        if busy_sessions(db).await == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Err("a session stayed in a transaction".into())
+}
+
+/// The `hold` socket of a `gone` cell: when the binary reaches the point, the database goes
+/// down, then the binary is released.
+async fn take_down_at_the_point(outage: &Arc<Outage>) -> (String, tokio::task::JoinHandle<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static SOCKETS: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "claimonce-sweep-{}-{}.sock",
+        std::process::id(),
+        SOCKETS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind the hold socket");
+    let outage = Arc::clone(outage);
+    let reached = tokio::spawn(async move {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            return false;
+        };
+        let mut said = [0u8; 64];
+        let _ = socket.read(&mut said).await;
+        outage.down().await;
+        socket.write_all(b"go").await.is_ok()
+    });
+    (path.display().to_string(), reached)
+}
+
+/// One cell: `sender`'s webhook with `fault` at `point` in `mode`, event `n` (and `n + 1` as
+/// the next). An error names what broke.
+async fn webhook_cell(
+    db: &TestDb,
+    outage: &Arc<Outage>,
+    url: &str,
+    (sender, point, fault, mode): (Sender, Point, Fault, Mode),
+    n: u64,
+) -> Result<(), String> {
+    let mut hold = None;
+    let armed = match fault {
+        Fault::Error => "error".to_owned(),
+        Fault::Panic => "panic".to_owned(),
+        Fault::Kill => "kill".to_owned(),
+        Fault::Delay => format!("delay:{}", DELIVERY_MS + 500),
+        Fault::Gone => {
+            let (path, reached) = take_down_at_the_point(outage).await;
+            hold = Some(reached);
+            format!("hold:{path}")
+        }
+    };
+    let spilling = point == Point::SpillSend;
+    let faults = format!("{}={armed}", point.name());
+    let mut env = environment(sender, url, mode, &faults, spilling).await;
+    if spilling {
+        // The spill queue's send is reached only with the database unavailable.
+        outage.down().await;
+    }
+    let event = sender.event(n);
+    let first = answered(&env.run_within(&event, Duration::from_secs(30)).await);
+    let fired = env.lines("fault injected");
+    if !fired.iter().any(|l| l["point"] == point.name()) {
+        return Err(format!("the fault never fired (answered {first})"));
+    }
+    if let Some(reached) = hold {
+        if !reached.await.unwrap_or(false) {
+            return Err("the binary was not released at the point".into());
+        }
+    }
+    outage
+        .up()
+        .await
+        .map_err(|e| format!("the database back: {e}"))?;
+    if fault == Fault::Kill {
+        // The sender's retry reaches a fresh environment, once the server has ended what the
+        // killed one left.
+        until_no_transaction(db).await?;
+        env = environment(sender, url, mode, "", spilling).await;
+    }
+    // The sender retries at once, and again on a 5xx, as a sender does (a few times here).
+    let mut retries = Vec::new();
+    for _ in 0..3 {
+        let retry = answered(&env.run_within(&event, Duration::from_secs(30)).await);
+        let settled = retry.starts_with("200 ");
+        retries.push(retry);
+        if settled {
+            break;
+        }
+    }
+    let retry = retries.last().cloned().unwrap_or_default();
+    let durable = !first.starts_with("200 ") || retry == "200 duplicate";
+    if !retry.starts_with("200 ") || !durable {
+        return Err(format!("answered {first}, then the retries {retries:?}"));
+    }
+    let next = answered(
+        &env.run_within(&sender.event(n + 1), Duration::from_secs(30))
+            .await,
+    );
+    if next != "200 processed" {
+        return Err(format!("answered {first}; the next event {next}"));
+    }
+    // Another session sees both at once: each committed on its own.
+    for event in [n, n + 1] {
+        let applied = sender.applied(db, event).await;
+        if applied != 1 {
+            return Err(format!(
+                "answered {first} then {retries:?}: event {event} applied {applied} times"
+            ));
+        }
+    }
+    until_no_transaction(db)
+        .await
+        .map_err(|e| format!("answered {first}: {e}"))
+}
+
+/// Every cell of the webhook way in for `sender` in `mode`, on a database of their own; the
+/// cells that broke, named.
+async fn sweep_webhook(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
+    let db = TestDb::new().await;
+    let (outage, url) = Outage::in_front_of(&db.function_url_as(sender.provider()))
+        .await
+        .expect("the forwarder");
+    let outage = Arc::new(outage);
+    let mut cells = 0;
+    let mut broke = Vec::new();
+    let mut n = 1000;
+    for &point in Point::ALL {
+        if !point.ways().contains(&Way::Webhook)
+            || (point.needs_rust_effect() && !sender.rust_effect())
+        {
+            continue;
+        }
+        for fault in FAULTS {
+            cells += 1;
+            n += 2;
+            let cell = (sender, point, fault, mode);
+            if let Err(why) = webhook_cell(&db, &outage, &url, cell, n).await {
+                broke.push(format!(
+                    "{:?} {} {fault:?} {mode:?}: {why}",
+                    sender,
+                    point.name()
+                ));
+            }
+        }
+    }
+    (cells, broke)
+}
+
+/// The webhook way in, every cell: both senders (SQL and Rust effects) in both modes.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_webhook_leaves_each_event_applied_once() {
+    let mut cells = 0;
+    let mut broke = Vec::new();
+    let runs = [
+        (Sender::Stripe, Mode::Classic),
+        (Sender::Stripe, Mode::Concurrent),
+        (Sender::Shopify, Mode::Classic),
+        (Sender::Shopify, Mode::Concurrent),
+    ];
+    let mut sweeps = tokio::task::JoinSet::new();
+    for (sender, mode) in runs {
+        sweeps.spawn(sweep_webhook(sender, mode));
+    }
+    for (n, mut b) in sweeps.join_all().await {
+        cells += n;
+        broke.append(&mut b);
+    }
+    println!("sweep: webhook, {cells} cells, {} broke", broke.len());
+    assert!(
+        cells >= 2 * 5 * 2,
+        "the matrix is generated from the points"
+    );
+    assert!(
+        broke.is_empty(),
+        "{} of {cells} cells broke:\n{}",
+        broke.len(),
+        broke.join("\n")
+    );
+}
+
+/// A Rust effect that panics between its statements, one invocation at a time and several at
+/// once on one connection: nothing of the panicked delivery commits, no session is left in its
+/// transaction, the sender's retry applies it once, and the next delivery on the same
+/// environment commits on its own (another session sees it at once).
+#[tokio::test]
+async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the_next_delivery() {
+    for mode in [Mode::Classic, Mode::Concurrent] {
+        let db = TestDb::new().await;
+        let (outage, url) = Outage::in_front_of(&db.function_url_as("shopify"))
+            .await
+            .expect("the forwarder");
+        let env = environment(Sender::Shopify, &url, mode, "effect.statement=panic", false).await;
+        let first = answered(
+            &env.run_within(&Sender::Shopify.event(1), Duration::from_secs(30))
+                .await,
+        );
+        assert!(
+            first.starts_with("function error"),
+            "{mode:?}: the panic answered {first}"
+        );
+        assert_eq!(
+            env.lines("fault injected").len(),
+            1,
+            "{mode:?}: it panicked"
+        );
+        assert_eq!(
+            db.count("SELECT count(*) FROM processed_events").await,
+            0,
+            "{mode:?}: nothing of the panicked delivery"
+        );
+        // At once, on the same environment: the next delivery, then the sender's retry.
+        let next = answered(
+            &env.run_within(&Sender::Shopify.event(2), Duration::from_secs(30))
+                .await,
+        );
+        assert_eq!(next, "200 processed", "{mode:?}");
+        assert_eq!(
+            Sender::Shopify.applied(&db, 2).await,
+            1,
+            "{mode:?}: seen at once"
+        );
+        assert_eq!(
+            db.count("SELECT count(*) FROM processed_events").await,
+            1,
+            "{mode:?}: the next delivery's claim alone"
+        );
+        let retry = answered(
+            &env.run_within(&Sender::Shopify.event(1), Duration::from_secs(30))
+                .await,
+        );
+        assert_eq!(retry, "200 processed", "{mode:?}: the retry");
+        assert_eq!(
+            Sender::Shopify.applied(&db, 1).await,
+            1,
+            "{mode:?}: applied once"
+        );
+        until_no_transaction(&db)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        drop(outage);
+    }
+}
