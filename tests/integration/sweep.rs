@@ -172,8 +172,7 @@ async fn environment(
             ("DB_MAX_CONNECTIONS", "1"),
         ]);
     }
-    let queue = format!("{NO_SQS}/123456789012/sweep-spill");
-    let spill = claimonce_local::spill::function_env(&queue, NO_SQS);
+    let spill = claimonce_local::spill::function_env(&spill_queue(), NO_SQS);
     if spilling {
         env.extend(spill.iter().map(|(k, v)| (*k, v.as_str())));
     }
@@ -438,4 +437,302 @@ async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the
             .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         drop(outage);
     }
+}
+
+/// What a panic costs the deliveries in flight beside it on Lambda Managed Instances, unwound
+/// (as built) and aborted (`panic = "abort"`, which the `kill` fault is: the process ends at
+/// the point): four Shopify deliveries wait together at their claims in one environment, and
+/// the first to win its claim panics. Unwound, it alone fails and the other three are
+/// processed; aborted, every invocation in flight fails with the environment
+/// (docs/decisions/0049). Either way each event is applied once after the retries.
+#[tokio::test]
+async fn under_managed_instances_a_panic_fails_its_own_delivery_and_an_abort_every_one_in_flight() {
+    for (fault, failed_in_flight) in [("panic", 1), ("kill", 4)] {
+        let db = TestDb::new().await;
+        let url = db.function_url_as("shopify");
+        let f = function("shopify");
+        let faults = format!("claim.won={fault}");
+        let env = std::sync::Arc::new(
+            Scheduled::start(
+                f.binary,
+                &[
+                    ("DATABASE_URL", url.as_str()),
+                    (f.secret_var, f.dev_secret),
+                    ("AWS_LAMBDA_MAX_CONCURRENCY", "4"),
+                    ("CLAIMONCE_FAULTS", faults.as_str()),
+                    ("RUST_BACKTRACE", "0"),
+                ],
+            )
+            .await,
+        );
+        let mut admin = db.client().await;
+        let lock = admin.transaction().await.expect("begin");
+        lock.batch_execute("LOCK TABLE processed_events IN SHARE MODE")
+            .await
+            .expect("hold every claim");
+        let mut in_flight = tokio::task::JoinSet::new();
+        for n in 1..=4 {
+            let env = std::sync::Arc::clone(&env);
+            in_flight.spawn(async move {
+                answered(
+                    &env.run_within(&Sender::Shopify.event(n), Duration::from_secs(30))
+                        .await,
+                )
+            });
+        }
+        let mut together = false;
+        for _ in 0..400 {
+            let waiting = db
+                .count(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND backend_type = 'client backend'",
+                )
+                .await;
+            if waiting == 4 {
+                together = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(together, "{fault}: the four never waited together");
+        lock.commit().await.expect("release the claims");
+        let answers = in_flight.join_all().await;
+        let failed = answers.iter().filter(|a| !a.starts_with("200 ")).count();
+        println!("under managed instances, {fault}: {failed} of 4 in flight failed: {answers:?}");
+        assert_eq!(failed, failed_in_flight, "{fault}: {answers:?}");
+        assert_eq!(
+            env.lines("fault injected").len(),
+            1,
+            "{fault}: it fired once"
+        );
+        until_no_transaction(&db)
+            .await
+            .expect("no transaction left");
+        // The senders retry, on a fresh environment after the abort: each event once.
+        let retry_env = Scheduled::start(
+            f.binary,
+            &[("DATABASE_URL", url.as_str()), (f.secret_var, f.dev_secret)],
+        )
+        .await;
+        for n in 1..=4 {
+            let retry = answered(
+                &retry_env
+                    .run_within(&Sender::Shopify.event(n), Duration::from_secs(30))
+                    .await,
+            );
+            assert!(
+                retry.starts_with("200 "),
+                "{fault}: event {n}'s retry {retry}"
+            );
+            assert_eq!(
+                Sender::Shopify.applied(&db, n).await,
+                1,
+                "{fault}: event {n}"
+            );
+        }
+    }
+}
+
+/// The spill queue the sweep's functions drain (no SQS serves it: nothing is sent there).
+fn spill_queue() -> String {
+    format!("{NO_SQS}/123456789012/sweep-spill")
+}
+
+/// Event `n` of `sender` as a record of its spill queue: the bytes and headers it was
+/// delivered with, signed now.
+fn spilled(sender: Sender, n: u64) -> Value {
+    let event = sender.event(n);
+    let headers: serde_json::Map<String, Value> = event["headers"]
+        .as_object()
+        .expect("headers")
+        .iter()
+        .filter(|(name, _)| name.starts_with("x-") || name.starts_with("stripe"))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let attribute = |v: &str, t: &str| json!({"stringValue": v, "dataType": t});
+    json!({
+        "messageId": format!("m-{n}"),
+        "body": event["body"],
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {
+            "claimonce-spill": attribute("2", "Number"),
+            "claimonce-provider": attribute(sender.provider(), "String"),
+            "claimonce-received-at": attribute(&claimonce_tests::sign::now().to_string(), "Number"),
+            "claimonce-headers": attribute(&Value::Object(headers).to_string(), "String"),
+        },
+        "eventSource": "aws:sqs",
+        "eventSourceARN": claimonce_local::spill::queue_arn(&spill_queue()),
+    })
+}
+
+/// A batch's answer: the message ids to receive again (every one after a function error,
+/// as SQS receives a whole batch again then), or why it is not an answer.
+fn to_receive_again(ran: &Result<Value, String>, batch: &[u64]) -> Vec<u64> {
+    match ran {
+        Ok(answer) => claimonce_tests::lambda::failed_items(answer)
+            .iter()
+            .filter_map(|id| id.strip_prefix("m-")?.parse().ok())
+            .collect(),
+        Err(_) => batch.to_vec(),
+    }
+}
+
+/// What a batch invocation answered: the records it reported failed, or a function error.
+fn batch_answered(ran: &Result<Value, String>) -> String {
+    match ran {
+        Ok(answer) => format!("failed {:?}", claimonce_tests::lambda::failed_items(answer)),
+        Err(_) => "a function error".into(),
+    }
+}
+
+/// One cell of the drain: a batch of two spilled events (`n`, `n + 1`) with `fault` at
+/// `point`, then the queue's redelivery of what came back, then the next batch (`n + 2`).
+async fn drain_cell(
+    db: &TestDb,
+    outage: &Arc<Outage>,
+    url: &str,
+    (sender, point, fault, mode): (Sender, Point, Fault, Mode),
+    n: u64,
+) -> Result<(), String> {
+    let mut hold = None;
+    let armed = match fault {
+        Fault::Error => "error".to_owned(),
+        Fault::Panic => "panic".to_owned(),
+        Fault::Kill => "kill".to_owned(),
+        Fault::Delay => format!("delay:{}", DELIVERY_MS + 500),
+        Fault::Gone => {
+            let (path, reached) = take_down_at_the_point(outage).await;
+            hold = Some(reached);
+            format!("hold:{path}")
+        }
+    };
+    let faults = format!("{}={armed}", point.name());
+    let mut env = environment(sender, url, mode, &faults, true).await;
+    let batch = [n, n + 1];
+    let records = |ids: &[u64]| json!({"Records": ids.iter().map(|&i| spilled(sender, i)).collect::<Vec<_>>()});
+    let ran = env
+        .run_within(&records(&batch), Duration::from_secs(30))
+        .await;
+    let first = batch_answered(&ran);
+    let mut again = to_receive_again(&ran, &batch);
+    if !env
+        .lines("fault injected")
+        .iter()
+        .any(|l| l["point"] == point.name())
+    {
+        return Err(format!("the fault never fired (answered {first})"));
+    }
+    if let Some(reached) = hold {
+        if !reached.await.unwrap_or(false) {
+            return Err("the binary was not released at the point".into());
+        }
+    }
+    outage
+        .up()
+        .await
+        .map_err(|e| format!("the database back: {e}"))?;
+    // What the batch did not report failed is deleted from the queue: it must be applied.
+    for &event in batch.iter().filter(|e| !again.contains(e)) {
+        if sender.applied(db, event).await != 1 {
+            return Err(format!(
+                "event {event} deleted from the queue, not applied ({first})"
+            ));
+        }
+    }
+    if fault == Fault::Kill {
+        until_no_transaction(db).await?;
+        env = environment(sender, url, mode, "", true).await;
+    }
+    // The queue receives again what came back, a few times.
+    for _ in 0..3 {
+        if again.is_empty() {
+            break;
+        }
+        let ran = env
+            .run_within(&records(&again), Duration::from_secs(30))
+            .await;
+        again = to_receive_again(&ran, &again);
+    }
+    if !again.is_empty() {
+        return Err(format!("answered {first}; still coming back: {again:?}"));
+    }
+    let next = env
+        .run_within(&records(&[n + 2]), Duration::from_secs(30))
+        .await;
+    if !to_receive_again(&next, &[n + 2]).is_empty() {
+        return Err(format!(
+            "answered {first}; the next batch {}",
+            batch_answered(&next)
+        ));
+    }
+    for event in [n, n + 1, n + 2] {
+        let applied = sender.applied(db, event).await;
+        if applied != 1 {
+            return Err(format!(
+                "answered {first}: event {event} applied {applied} times"
+            ));
+        }
+    }
+    until_no_transaction(db)
+        .await
+        .map_err(|e| format!("answered {first}: {e}"))
+}
+
+/// Every cell of the spill queue's drain for `sender` in `mode`.
+async fn sweep_drain(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
+    let db = TestDb::new().await;
+    let (outage, url) = Outage::in_front_of(&db.function_url_as(sender.provider()))
+        .await
+        .expect("the forwarder");
+    let outage = Arc::new(outage);
+    let mut cells = 0;
+    let mut broke = Vec::new();
+    let mut n = 5000;
+    for &point in Point::ALL {
+        if !point.ways().contains(&Way::Drain)
+            || (point.needs_rust_effect() && !sender.rust_effect())
+        {
+            continue;
+        }
+        for fault in FAULTS {
+            cells += 1;
+            n += 3;
+            let cell = (sender, point, fault, mode);
+            if let Err(why) = drain_cell(&db, &outage, &url, cell, n).await {
+                broke.push(format!(
+                    "{sender:?} {} {fault:?} {mode:?}: {why}",
+                    point.name()
+                ));
+            }
+        }
+    }
+    (cells, broke)
+}
+
+/// The spill queue's drain, every cell: both senders in both modes.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once() {
+    let mut sweeps = tokio::task::JoinSet::new();
+    for sender in [Sender::Stripe, Sender::Shopify] {
+        for mode in [Mode::Classic, Mode::Concurrent] {
+            sweeps.spawn(sweep_drain(sender, mode));
+        }
+    }
+    let mut cells = 0;
+    let mut broke = Vec::new();
+    for (n, mut b) in sweeps.join_all().await {
+        cells += n;
+        broke.append(&mut b);
+    }
+    println!("sweep: drain, {cells} cells, {} broke", broke.len());
+    assert!(
+        cells >= 2 * 5 * 2,
+        "the matrix is generated from the points"
+    );
+    assert!(
+        broke.is_empty(),
+        "{} of {cells} cells broke:\n{}",
+        broke.len(),
+        broke.join("\n")
+    );
 }
