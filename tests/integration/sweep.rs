@@ -260,10 +260,10 @@ async fn webhook_cell(
     if !fired.iter().any(|l| l["point"] == point.name()) {
         return Err(format!("the fault never fired (answered {first})"));
     }
-    if let Some(reached) = hold {
-        if !reached.await.unwrap_or(false) {
-            return Err("the binary was not released at the point".into());
-        }
+    if let Some(reached) = hold
+        && !reached.await.unwrap_or(false)
+    {
+        return Err("the binary was not released at the point".into());
     }
     outage
         .up()
@@ -311,6 +311,44 @@ async fn webhook_cell(
         .map_err(|e| format!("answered {first}: {e}"))
 }
 
+/// The senders and modes every way in is swept with.
+const SENDERS: [Sender; 2] = [Sender::Stripe, Sender::Shopify];
+const MODES: [Mode; 2] = [Mode::Classic, Mode::Concurrent];
+
+/// The cells of `way` for `sender` in `mode`, from the points' declarations: each point that
+/// way reaches (a Rust effect's only for a sender with one), with every fault.
+fn matrix(way: Way, sender: Sender, mode: Mode) -> Vec<(Sender, Point, Fault, Mode)> {
+    Point::ALL
+        .iter()
+        .filter(|p| p.ways().contains(&way) && (!p.needs_rust_effect() || sender.rust_effect()))
+        .flat_map(|&p| FAULTS.map(|f| (sender, p, f, mode)))
+        .collect()
+}
+
+/// RELIABILITY.md states the sweep's size as the declarations make it.
+#[test]
+fn reliability_md_states_the_size_of_the_sweep() {
+    let cells = |way| {
+        SENDERS
+            .iter()
+            .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
+            .sum::<usize>()
+    };
+    let (webhook, drain) = (cells(Way::Webhook), cells(Way::Drain));
+    let points = Point::ALL.len();
+    let stated = format!(
+        "{points} points, {} cells: {webhook} through the webhook and {drain} through the drain",
+        webhook + drain
+    );
+    let path = claimonce_local::functions::workspace_root().join("RELIABILITY.md");
+    let text = std::fs::read_to_string(path).expect("RELIABILITY.md");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains(&stated),
+        "RELIABILITY.md should say: {stated}"
+    );
+}
+
 /// Every cell of the webhook way in for `sender` in `mode`, on a database of their own; the
 /// cells that broke, named.
 async fn sweep_webhook(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
@@ -322,23 +360,16 @@ async fn sweep_webhook(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
     let mut cells = 0;
     let mut broke = Vec::new();
     let mut n = 1000;
-    for &point in Point::ALL {
-        if !point.ways().contains(&Way::Webhook)
-            || (point.needs_rust_effect() && !sender.rust_effect())
-        {
-            continue;
-        }
-        for fault in FAULTS {
-            cells += 1;
-            n += 2;
-            let cell = (sender, point, fault, mode);
-            if let Err(why) = webhook_cell(&db, &outage, &url, cell, n).await {
-                broke.push(format!(
-                    "{:?} {} {fault:?} {mode:?}: {why}",
-                    sender,
-                    point.name()
-                ));
-            }
+    for cell in matrix(Way::Webhook, sender, mode) {
+        let (_, point, fault, _) = cell;
+        cells += 1;
+        n += 2;
+        if let Err(why) = webhook_cell(&db, &outage, &url, cell, n).await {
+            broke.push(format!(
+                "{:?} {} {fault:?} {mode:?}: {why}",
+                sender,
+                point.name()
+            ));
         }
     }
     (cells, broke)
@@ -349,15 +380,11 @@ async fn sweep_webhook(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
 async fn every_fault_at_every_point_of_the_webhook_leaves_each_event_applied_once() {
     let mut cells = 0;
     let mut broke = Vec::new();
-    let runs = [
-        (Sender::Stripe, Mode::Classic),
-        (Sender::Stripe, Mode::Concurrent),
-        (Sender::Shopify, Mode::Classic),
-        (Sender::Shopify, Mode::Concurrent),
-    ];
     let mut sweeps = tokio::task::JoinSet::new();
-    for (sender, mode) in runs {
-        sweeps.spawn(sweep_webhook(sender, mode));
+    for sender in SENDERS {
+        for mode in MODES {
+            sweeps.spawn(sweep_webhook(sender, mode));
+        }
     }
     for (n, mut b) in sweeps.join_all().await {
         cells += n;
@@ -622,10 +649,10 @@ async fn drain_cell(
     {
         return Err(format!("the fault never fired (answered {first})"));
     }
-    if let Some(reached) = hold {
-        if !reached.await.unwrap_or(false) {
-            return Err("the binary was not released at the point".into());
-        }
+    if let Some(reached) = hold
+        && !reached.await.unwrap_or(false)
+    {
+        return Err("the binary was not released at the point".into());
     }
     outage
         .up()
@@ -688,22 +715,15 @@ async fn sweep_drain(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
     let mut cells = 0;
     let mut broke = Vec::new();
     let mut n = 5000;
-    for &point in Point::ALL {
-        if !point.ways().contains(&Way::Drain)
-            || (point.needs_rust_effect() && !sender.rust_effect())
-        {
-            continue;
-        }
-        for fault in FAULTS {
-            cells += 1;
-            n += 3;
-            let cell = (sender, point, fault, mode);
-            if let Err(why) = drain_cell(&db, &outage, &url, cell, n).await {
-                broke.push(format!(
-                    "{sender:?} {} {fault:?} {mode:?}: {why}",
-                    point.name()
-                ));
-            }
+    for cell in matrix(Way::Drain, sender, mode) {
+        let (_, point, fault, _) = cell;
+        cells += 1;
+        n += 3;
+        if let Err(why) = drain_cell(&db, &outage, &url, cell, n).await {
+            broke.push(format!(
+                "{sender:?} {} {fault:?} {mode:?}: {why}",
+                point.name()
+            ));
         }
     }
     (cells, broke)
@@ -713,8 +733,8 @@ async fn sweep_drain(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
 #[tokio::test]
 async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once() {
     let mut sweeps = tokio::task::JoinSet::new();
-    for sender in [Sender::Stripe, Sender::Shopify] {
-        for mode in [Mode::Classic, Mode::Concurrent] {
+    for sender in SENDERS {
+        for mode in MODES {
             sweeps.spawn(sweep_drain(sender, mode));
         }
     }
