@@ -296,3 +296,45 @@ async fn event_queue_batches_at_once_in_one_environment_apply_each_event_once() 
     let duplicates = dispositions.iter().filter(|d| *d == "duplicate").count();
     assert_eq!(duplicates, 1, "{dispositions:?}");
 }
+
+/// `DB_MAX_CONNECTIONS` below the invocations served at once bounds the environment's
+/// connections: eight deliveries at once on two connections (the login may hold no more: a
+/// third connect is refused), two of them waiting at their claims and the rest for a
+/// connection; all eight are processed once the claims are released.
+#[tokio::test]
+async fn db_max_connections_bounds_the_connections_eight_deliveries_share() {
+    let db = TestDb::new().await;
+    let login = claimonce_tests::roles::login_name(&db.name, "stripe");
+    db.client()
+        .await
+        .batch_execute(&format!("ALTER ROLE {login} CONNECTION LIMIT 2"))
+        .await
+        .expect("at most two connections for the login");
+    let f = environment(
+        &db.function_url_as("stripe"),
+        &[
+            ("DB_MAX_CONNECTIONS", "2"),
+            ("DB_DELIVERY_TIMEOUT_MS", "20000"),
+        ],
+    )
+    .await;
+    let events = (0..AT_ONCE)
+        .map(|i| invoice(&format!("evt_max_connections_{i}")))
+        .collect();
+    let answers = held_at_their_claims(&db, &f, events, 2, async {
+        let waiting = db
+            .count(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND backend_type = 'client backend'",
+            )
+            .await;
+        assert_eq!(waiting, 2, "two deliveries at their claims, the rest for a connection");
+    })
+    .await;
+    let dispositions: Vec<String> = answers.iter().map(|a| payload_outcome(a).1).collect();
+    assert_eq!(dispositions, vec!["processed".to_owned(); AT_ONCE]);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events").await,
+        i64::try_from(AT_ONCE).expect("n")
+    );
+}
