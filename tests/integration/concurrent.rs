@@ -328,7 +328,10 @@ async fn db_max_connections_bounds_the_connections_eight_deliveries_share() {
                  AND wait_event_type = 'Lock' AND backend_type = 'client backend'",
             )
             .await;
-        assert_eq!(waiting, 2, "two deliveries at their claims, the rest for a connection");
+        assert_eq!(
+            waiting, 2,
+            "two deliveries at their claims, the rest for a connection"
+        );
     })
     .await;
     let dispositions: Vec<String> = answers.iter().map(|a| payload_outcome(a).1).collect();

@@ -226,6 +226,39 @@ async fn take_down_at_the_point(outage: &Arc<Outage>) -> (String, tokio::task::J
     (path.display().to_string(), reached)
 }
 
+/// `fault` as `CLAIMONCE_FAULTS` spells it, with the hold of a `gone` fault.
+async fn arm(
+    fault: Fault,
+    outage: &Arc<Outage>,
+) -> (String, Option<tokio::task::JoinHandle<bool>>) {
+    match fault {
+        Fault::Error => ("error".to_owned(), None),
+        Fault::Panic => ("panic".to_owned(), None),
+        Fault::Kill => ("kill".to_owned(), None),
+        Fault::Delay => (format!("delay:{}", DELIVERY_MS + 500), None),
+        Fault::Gone => {
+            let (path, reached) = take_down_at_the_point(outage).await;
+            (format!("hold:{path}"), Some(reached))
+        }
+    }
+}
+
+/// After the fault: the held binary was released, and the database is back.
+async fn released(
+    hold: Option<tokio::task::JoinHandle<bool>>,
+    outage: &Outage,
+) -> Result<(), String> {
+    if let Some(reached) = hold
+        && !reached.await.unwrap_or(false)
+    {
+        return Err("the binary was not released at the point".into());
+    }
+    outage
+        .up()
+        .await
+        .map_err(|e| format!("the database back: {e}"))
+}
+
 /// One cell: `sender`'s webhook with `fault` at `point` in `mode`, event `n` (and `n + 1` as
 /// the next). An error names what broke.
 async fn webhook_cell(
@@ -235,18 +268,7 @@ async fn webhook_cell(
     (sender, point, fault, mode): (Sender, Point, Fault, Mode),
     n: u64,
 ) -> Result<(), String> {
-    let mut hold = None;
-    let armed = match fault {
-        Fault::Error => "error".to_owned(),
-        Fault::Panic => "panic".to_owned(),
-        Fault::Kill => "kill".to_owned(),
-        Fault::Delay => format!("delay:{}", DELIVERY_MS + 500),
-        Fault::Gone => {
-            let (path, reached) = take_down_at_the_point(outage).await;
-            hold = Some(reached);
-            format!("hold:{path}")
-        }
-    };
+    let (armed, hold) = arm(fault, outage).await;
     let spilling = point == Point::SpillSend;
     let faults = format!("{}={armed}", point.name());
     let mut env = environment(sender, url, mode, &faults, spilling).await;
@@ -260,15 +282,7 @@ async fn webhook_cell(
     if !fired.iter().any(|l| l["point"] == point.name()) {
         return Err(format!("the fault never fired (answered {first})"));
     }
-    if let Some(reached) = hold
-        && !reached.await.unwrap_or(false)
-    {
-        return Err("the binary was not released at the point".into());
-    }
-    outage
-        .up()
-        .await
-        .map_err(|e| format!("the database back: {e}"))?;
+    released(hold, outage).await?;
     if fault == Fault::Kill {
         // The sender's retry reaches a fresh environment, once the server has ended what the
         // killed one left.
@@ -621,18 +635,7 @@ async fn drain_cell(
     (sender, point, fault, mode): (Sender, Point, Fault, Mode),
     n: u64,
 ) -> Result<(), String> {
-    let mut hold = None;
-    let armed = match fault {
-        Fault::Error => "error".to_owned(),
-        Fault::Panic => "panic".to_owned(),
-        Fault::Kill => "kill".to_owned(),
-        Fault::Delay => format!("delay:{}", DELIVERY_MS + 500),
-        Fault::Gone => {
-            let (path, reached) = take_down_at_the_point(outage).await;
-            hold = Some(reached);
-            format!("hold:{path}")
-        }
-    };
+    let (armed, hold) = arm(fault, outage).await;
     let faults = format!("{}={armed}", point.name());
     let mut env = environment(sender, url, mode, &faults, true).await;
     let batch = [n, n + 1];
@@ -649,15 +652,7 @@ async fn drain_cell(
     {
         return Err(format!("the fault never fired (answered {first})"));
     }
-    if let Some(reached) = hold
-        && !reached.await.unwrap_or(false)
-    {
-        return Err("the binary was not released at the point".into());
-    }
-    outage
-        .up()
-        .await
-        .map_err(|e| format!("the database back: {e}"))?;
+    released(hold, outage).await?;
     // What the batch did not report failed is deleted from the queue: it must be applied.
     for &event in batch.iter().filter(|e| !again.contains(e)) {
         if sender.applied(db, event).await != 1 {
