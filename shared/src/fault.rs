@@ -15,7 +15,7 @@
 //! | `delay:MS` | the step waits MS milliseconds first (past a deadline) |
 //! | `hold:PATH` | the step connects to the Unix socket PATH, writes the point's name and a newline, and waits for one byte (or the socket's end): the test does what it must meanwhile (stop the database) and releases it |
 //!
-//! Without the feature [`hit`] is an empty function and the variable is never read: no
+//! Without the feature `hit` is an empty function and the variable is never read: no
 //! release binary carries a fault (the CI checks the shipped binaries for the variable's
 //! name).
 
