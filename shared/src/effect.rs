@@ -228,7 +228,7 @@ impl<'c> Tx<'c> {
         let answered = result?;
         crate::fault::hit(crate::fault::Point::EffectStatement)
             .await
-            .map_err(|injected| EffectError::failed(injected.0.name()))?;
+            .map_err(crate::fault::Injected::effect_error)?;
         Ok(answered)
     }
 

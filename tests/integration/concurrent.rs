@@ -59,7 +59,7 @@ async fn all_at_once(f: &Arc<Scheduled>, events: Vec<Value>) -> Vec<Value> {
 
 /// Waits until `n` of this database's client backends wait on a lock: the deliveries held in
 /// flight together by the lock the test holds.
-async fn until_waiting(db: &TestDb, n: i64) {
+pub(crate) async fn until_waiting(db: &TestDb, n: i64) {
     for _ in 0..600 {
         let waiting = db
             .count(

@@ -147,6 +147,11 @@ fn answered(ran: &Result<Value, String>) -> String {
 /// A spill queue no SQS serves: a send to it fails, as one to an unreachable queue does.
 const NO_SQS: &str = "http://127.0.0.1:9";
 
+/// What `env` answered `event` (a webhook's), given half a minute.
+async fn deliver(env: &Scheduled, event: &Value) -> String {
+    answered(&env.run_within(event, Duration::from_secs(30)).await)
+}
+
 /// One environment of `sender`'s function on `url`, in `mode`, with `faults` armed (and a
 /// spill queue, when `spilling`).
 async fn environment(
@@ -277,7 +282,7 @@ async fn webhook_cell(
         outage.down().await;
     }
     let event = sender.event(n);
-    let first = answered(&env.run_within(&event, Duration::from_secs(30)).await);
+    let first = deliver(&env, &event).await;
     let fired = env.lines("fault injected");
     if !fired.iter().any(|l| l["point"] == point.name()) {
         return Err(format!("the fault never fired (answered {first})"));
@@ -292,7 +297,7 @@ async fn webhook_cell(
     // The sender retries at once, and again on a 5xx, as a sender does (a few times here).
     let mut retries = Vec::new();
     for _ in 0..3 {
-        let retry = answered(&env.run_within(&event, Duration::from_secs(30)).await);
+        let retry = deliver(&env, &event).await;
         let settled = retry.starts_with("200 ");
         retries.push(retry);
         if settled {
@@ -304,10 +309,7 @@ async fn webhook_cell(
     if !retry.starts_with("200 ") || !durable {
         return Err(format!("answered {first}, then the retries {retries:?}"));
     }
-    let next = answered(
-        &env.run_within(&sender.event(n + 1), Duration::from_secs(30))
-            .await,
-    );
+    let next = deliver(&env, &sender.event(n + 1)).await;
     if next != "200 processed" {
         return Err(format!("answered {first}; the next event {next}"));
     }
@@ -339,15 +341,17 @@ fn matrix(way: Way, sender: Sender, mode: Mode) -> Vec<(Sender, Point, Fault, Mo
         .collect()
 }
 
+/// How many cells `way` has, over the senders and modes.
+fn cells(way: Way) -> usize {
+    SENDERS
+        .iter()
+        .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
+        .sum()
+}
+
 /// RELIABILITY.md states the sweep's size as the declarations make it.
 #[test]
 fn reliability_md_states_the_size_of_the_sweep() {
-    let cells = |way| {
-        SENDERS
-            .iter()
-            .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
-            .sum::<usize>()
-    };
     let (webhook, drain) = (cells(Way::Webhook), cells(Way::Drain));
     let points = Point::ALL.len();
     let stated = format!(
@@ -363,76 +367,17 @@ fn reliability_md_states_the_size_of_the_sweep() {
     );
 }
 
-/// Every cell of the webhook way in for `sender` in `mode`, on a database of their own; the
-/// cells that broke, named.
-async fn sweep_webhook(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
-    let db = TestDb::new().await;
-    let (outage, url) = Outage::in_front_of(&db.function_url_as(sender.provider()))
-        .await
-        .expect("the forwarder");
-    let outage = Arc::new(outage);
-    let mut cells = 0;
-    let mut broke = Vec::new();
-    let mut n = 1000;
-    for cell in matrix(Way::Webhook, sender, mode) {
-        let (_, point, fault, _) = cell;
-        cells += 1;
-        n += 2;
-        if let Err(why) = webhook_cell(&db, &outage, &url, cell, n).await {
-            broke.push(format!(
-                "{:?} {} {fault:?} {mode:?}: {why}",
-                sender,
-                point.name()
-            ));
-        }
-    }
-    (cells, broke)
-}
-
-/// The webhook way in, every cell: both senders (SQL and Rust effects) in both modes.
-#[tokio::test]
-async fn every_fault_at_every_point_of_the_webhook_leaves_each_event_applied_once() {
-    let mut cells = 0;
-    let mut broke = Vec::new();
-    let mut sweeps = tokio::task::JoinSet::new();
-    for sender in SENDERS {
-        for mode in MODES {
-            sweeps.spawn(sweep_webhook(sender, mode));
-        }
-    }
-    for (n, mut b) in sweeps.join_all().await {
-        cells += n;
-        broke.append(&mut b);
-    }
-    println!("sweep: webhook, {cells} cells, {} broke", broke.len());
-    assert!(
-        cells >= 2 * 5 * 2,
-        "the matrix is generated from the points"
-    );
-    assert!(
-        broke.is_empty(),
-        "{} of {cells} cells broke:\n{}",
-        broke.len(),
-        broke.join("\n")
-    );
-}
-
 /// A Rust effect that panics between its statements, one invocation at a time and several at
 /// once on one connection: nothing of the panicked delivery commits, no session is left in its
 /// transaction, the sender's retry applies it once, and the next delivery on the same
 /// environment commits on its own (another session sees it at once).
 #[tokio::test]
 async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the_next_delivery() {
-    for mode in [Mode::Classic, Mode::Concurrent] {
+    for mode in MODES {
         let db = TestDb::new().await;
-        let (outage, url) = Outage::in_front_of(&db.function_url_as("shopify"))
-            .await
-            .expect("the forwarder");
+        let url = db.function_url_as("shopify");
         let env = environment(Sender::Shopify, &url, mode, "effect.statement=panic", false).await;
-        let first = answered(
-            &env.run_within(&Sender::Shopify.event(1), Duration::from_secs(30))
-                .await,
-        );
+        let first = deliver(&env, &Sender::Shopify.event(1)).await;
         assert!(
             first.starts_with("function error"),
             "{mode:?}: the panic answered {first}"
@@ -448,10 +393,7 @@ async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the
             "{mode:?}: nothing of the panicked delivery"
         );
         // At once, on the same environment: the next delivery, then the sender's retry.
-        let next = answered(
-            &env.run_within(&Sender::Shopify.event(2), Duration::from_secs(30))
-                .await,
-        );
+        let next = deliver(&env, &Sender::Shopify.event(2)).await;
         assert_eq!(next, "200 processed", "{mode:?}");
         assert_eq!(
             Sender::Shopify.applied(&db, 2).await,
@@ -463,10 +405,7 @@ async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the
             1,
             "{mode:?}: the next delivery's claim alone"
         );
-        let retry = answered(
-            &env.run_within(&Sender::Shopify.event(1), Duration::from_secs(30))
-                .await,
-        );
+        let retry = deliver(&env, &Sender::Shopify.event(1)).await;
         assert_eq!(retry, "200 processed", "{mode:?}: the retry");
         assert_eq!(
             Sender::Shopify.applied(&db, 1).await,
@@ -476,7 +415,6 @@ async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the
         until_no_transaction(&db)
             .await
             .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
-        drop(outage);
     }
 }
 
@@ -514,28 +452,9 @@ async fn under_managed_instances_a_panic_fails_its_own_delivery_and_an_abort_eve
         let mut in_flight = tokio::task::JoinSet::new();
         for n in 1..=4 {
             let env = std::sync::Arc::clone(&env);
-            in_flight.spawn(async move {
-                answered(
-                    &env.run_within(&Sender::Shopify.event(n), Duration::from_secs(30))
-                        .await,
-                )
-            });
+            in_flight.spawn(async move { deliver(&env, &Sender::Shopify.event(n)).await });
         }
-        let mut together = false;
-        for _ in 0..400 {
-            let waiting = db
-                .count(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND wait_event_type = 'Lock' AND backend_type = 'client backend'",
-                )
-                .await;
-            if waiting == 4 {
-                together = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        assert!(together, "{fault}: the four never waited together");
+        crate::concurrent::until_waiting(&db, 4).await;
         lock.commit().await.expect("release the claims");
         let answers = in_flight.join_all().await;
         let failed = answers.iter().filter(|a| !a.starts_with("200 ")).count();
@@ -556,11 +475,7 @@ async fn under_managed_instances_a_panic_fails_its_own_delivery_and_an_abort_eve
         )
         .await;
         for n in 1..=4 {
-            let retry = answered(
-                &retry_env
-                    .run_within(&Sender::Shopify.event(n), Duration::from_secs(30))
-                    .await,
-            );
+            let retry = deliver(&retry_env, &Sender::Shopify.event(n)).await;
             assert!(
                 retry.starts_with("200 "),
                 "{fault}: event {n}'s retry {retry}"
@@ -700,46 +615,44 @@ async fn drain_cell(
         .map_err(|e| format!("answered {first}: {e}"))
 }
 
-/// Every cell of the spill queue's drain for `sender` in `mode`.
-async fn sweep_drain(sender: Sender, mode: Mode) -> (usize, Vec<String>) {
+/// Every cell of `way` for `sender` in `mode`, on a database of their own; the cells that
+/// broke, named.
+async fn sweep_one(way: Way, sender: Sender, mode: Mode) -> Vec<String> {
     let db = TestDb::new().await;
     let (outage, url) = Outage::in_front_of(&db.function_url_as(sender.provider()))
         .await
         .expect("the forwarder");
     let outage = Arc::new(outage);
-    let mut cells = 0;
     let mut broke = Vec::new();
-    let mut n = 5000;
-    for cell in matrix(Way::Drain, sender, mode) {
-        let (_, point, fault, _) = cell;
-        cells += 1;
-        n += 3;
-        if let Err(why) = drain_cell(&db, &outage, &url, cell, n).await {
+    for (n, cell) in (1000..).step_by(3).zip(matrix(way, sender, mode)) {
+        let swept = match way {
+            Way::Webhook => webhook_cell(&db, &outage, &url, cell, n).await,
+            Way::Drain => drain_cell(&db, &outage, &url, cell, n).await,
+            other => Err(format!("the sweep has no driver for {other:?}")),
+        };
+        if let Err(why) = swept {
+            let (_, point, fault, _) = cell;
             broke.push(format!(
                 "{sender:?} {} {fault:?} {mode:?}: {why}",
                 point.name()
             ));
         }
     }
-    (cells, broke)
+    broke
 }
 
-/// The spill queue's drain, every cell: both senders in both modes.
-#[tokio::test]
-async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once() {
+/// Sweeps every cell of `way`, both senders in both modes at once, and fails naming each
+/// cell that broke.
+async fn sweep(way: Way) {
+    let cells = cells(way);
     let mut sweeps = tokio::task::JoinSet::new();
     for sender in SENDERS {
         for mode in MODES {
-            sweeps.spawn(sweep_drain(sender, mode));
+            sweeps.spawn(sweep_one(way, sender, mode));
         }
     }
-    let mut cells = 0;
-    let mut broke = Vec::new();
-    for (n, mut b) in sweeps.join_all().await {
-        cells += n;
-        broke.append(&mut b);
-    }
-    println!("sweep: drain, {cells} cells, {} broke", broke.len());
+    let broke: Vec<String> = sweeps.join_all().await.concat();
+    println!("sweep: {way:?}, {cells} cells, {} broke", broke.len());
     assert!(
         cells >= 2 * 5 * 2,
         "the matrix is generated from the points"
@@ -750,4 +663,16 @@ async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once(
         broke.len(),
         broke.join("\n")
     );
+}
+
+/// The webhook way in, every cell: both senders (SQL and Rust effects) in both modes.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_webhook_leaves_each_event_applied_once() {
+    sweep(Way::Webhook).await;
+}
+
+/// The spill queue's drain, every cell: both senders in both modes.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once() {
+    sweep(Way::Drain).await;
 }

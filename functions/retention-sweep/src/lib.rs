@@ -261,13 +261,9 @@ async fn batch(client: &Client, timeouts: &Timeouts, sql: &str) -> Result<u64, S
             let _ = client.batch_execute("ROLLBACK").await;
             Err(summary(&e))
         }
-        Ok(Ok(messages)) => messages
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
-                _ => None,
-            })
-            .ok_or_else(|| "the delete returned no count".into()),
+        Ok(Ok(messages)) => {
+            first_number(&messages).ok_or_else(|| "the delete returned no count".into())
+        }
     }
 }
 
@@ -277,14 +273,18 @@ async fn database_now(client: &Client, timeouts: &Timeouts) -> Result<u64, Strin
     match tokio::time::timeout(timeouts.delivery, read).await {
         Err(_) => Err("reading the database's clock timed out".into()),
         Ok(Err(e)) => Err(summary(&e)),
-        Ok(Ok(messages)) => messages
-            .iter()
-            .find_map(|m| match m {
-                SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
-                _ => None,
-            })
-            .ok_or_else(|| "the database's clock returned nothing".into()),
+        Ok(Ok(messages)) => {
+            first_number(&messages).ok_or_else(|| "the database's clock returned nothing".into())
+        }
     }
+}
+
+/// The first column of a simple query's first row, as a number.
+fn first_number(messages: &[SimpleQueryMessage]) -> Option<u64> {
+    messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+        _ => None,
+    })
 }
 
 /// What decides, before each batch, whether the run may start another.
@@ -310,9 +310,10 @@ impl Allowance for MaxBatches {
     }
 }
 
-/// Removes, batch by batch, ledger rows received before the database's `now() - retention_days`, then outbox
-/// rows dispatched before it, while `budget` allows another batch. The cutoff is fixed at
-/// the start, so a run's work is finite however busy the receivers are.
+/// Removes, batch by batch, ledger rows received before the database's `now() -
+/// retention_days`, then outbox rows dispatched before it, while `budget` allows another
+/// batch. The cutoff is fixed at the start, so a run's work is finite however busy the
+/// receivers are.
 pub async fn sweep<A: Allowance + ?Sized>(
     client: &Client,
     timeouts: &Timeouts,
