@@ -260,7 +260,7 @@ pub(crate) async fn run_in_rust(
                 let tx = crate::effect::Tx::new(client, deadline);
                 let applied = match fault::hit(Point::ClaimWon).await {
                     Ok(()) => apply.apply(&tx).await,
-                    Err(injected) => Err(injected.effect_error()),
+                    Err(injected) => Err(crate::effect::EffectError::injected(injected)),
                 };
                 match applied {
                     // A statement that failed aborted the transaction, and COMMIT would answer
@@ -329,7 +329,7 @@ async fn after_commit(outcome: Result<Finished, DeliveryError>) -> Result<Finish
 
 /// A fault point's `error`, as the delivery's own failure: answered 500, never spilled.
 fn injected_error(injected: fault::Injected) -> DeliveryError {
-    DeliveryError::Effect(injected.effect_error())
+    DeliveryError::Effect(crate::effect::EffectError::injected(injected))
 }
 
 #[cfg(test)]

@@ -228,7 +228,7 @@ impl<'c> Tx<'c> {
         let answered = result?;
         crate::fault::hit(crate::fault::Point::EffectStatement)
             .await
-            .map_err(crate::fault::Injected::effect_error)?;
+            .map_err(EffectError::injected)?;
         Ok(answered)
     }
 
@@ -361,6 +361,12 @@ enum Kind {
 }
 
 impl EffectError {
+    /// A fault point's `error` ([`crate::fault`]), as the failure of the step it struck: it
+    /// rolls the claim back and answers 500.
+    pub(crate) fn injected(injected: crate::fault::Injected) -> Self {
+        Self::failed(injected.0.name())
+    }
+
     /// The effect's own failure. The reason is static text, so no event data can reach the
     /// log line that carries it.
     pub fn failed(reason: &'static str) -> Self {

@@ -85,14 +85,6 @@ points! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Injected(pub Point);
 
-impl Injected {
-    /// The fault as the failure of the step it struck: an effect's, which rolls the claim
-    /// back and answers 500.
-    pub(crate) fn effect_error(self) -> crate::effect::EffectError {
-        crate::effect::EffectError::failed(self.0.name())
-    }
-}
-
 impl std::fmt::Display for Injected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "an injected fault at {}", self.0.name())
