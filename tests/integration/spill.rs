@@ -905,6 +905,25 @@ async fn the_drain_bounds_the_signed_age(
     assert_eq!(db.count(&effects).await, 1);
 }
 
+/// Stripe's function on `db` with `extra` variables, draining a spill queue named for `test`
+/// that nothing sends to (its SQS endpoint refuses): the function and the queue's ARN, which
+/// the records it is handed name.
+async fn stripe_draining(db: &TestDb, test: &str, extra: &[(&str, &str)]) -> (Spilling, String) {
+    let queue = format!(
+        "http://127.0.0.1:9/123456789012/stripe-spill-{test}-{}",
+        std::process::id()
+    );
+    let function = start_with(
+        function("stripe"),
+        &db.function_url_as("stripe"),
+        &queue,
+        "http://127.0.0.1:9",
+        extra,
+    )
+    .await;
+    (function, claimonce_local::spill::queue_arn(&queue))
+}
+
 /// A drained batch beats its invocation's deadline: six spilled thin events whose fetch from
 /// Stripe's API hangs, then one plain delivery, in one invocation of 15 s. Each thin record is
 /// taken only while its bounds (Stripe's 3 s and the database's) still fit, then the rest are
@@ -917,17 +936,9 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
     let db = TestDb::new().await;
     let api = StripeApi::start("rk_test_deadline", 10, None).await;
     let _held = api.hold_retrievals();
-    let queue = format!(
-        "http://127.0.0.1:9/123456789012/stripe-spill-deadline-{}",
-        std::process::id()
-    );
-    let own = claimonce_local::spill::queue_arn(&queue);
-    let secret = function("stripe").dev_secret;
-    let function = start_with(
-        function("stripe"),
-        &db.function_url_as("stripe"),
-        &queue,
-        "http://127.0.0.1:9",
+    let (function, own) = stripe_draining(
+        &db,
+        "deadline",
         &[
             ("STRIPE_API_KEY", "rk_test_deadline"),
             ("STRIPE_API_BASE", &api.url),
@@ -936,6 +947,7 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
         ],
     )
     .await;
+    let secret = claimonce_tests::lambda::function("stripe").dev_secret;
     let mut records = Vec::new();
     for n in 1..=6 {
         let body = json!({
@@ -990,6 +1002,137 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
             .is_some_and(|e| e.contains("no longer fits before the invocation's deadline"))),
         "{untried:#?}"
     );
+}
+
+/// A drained batch takes a record only while the database's bounds still fit before the
+/// invocation's deadline. Six plain spilled invoices, each of its own customer, in one
+/// invocation of 8 s; the test holds each customer's row, so each record's effect waits on its
+/// lock and is let through after 1.6 s of its 2 s delivery timeout. A record needs 4 s of
+/// bounds (1 s connect, 2 s delivery, 1 s cancel), so the first ones are applied and the rest
+/// reported failed untried, each with its warning line and no claim, and the batch is answered
+/// before its deadline. Tried one after another regardless, the six ran about 9.6 s and the
+/// batch was never answered.
+#[tokio::test]
+async fn a_drain_takes_a_record_only_while_the_database_s_bounds_fit_before_its_deadline() {
+    const RECORDS: usize = 6;
+    let hold = Duration::from_millis(1600);
+    let timeout = Duration::from_secs(8);
+    let db = TestDb::new().await;
+    let (function, own) =
+        stripe_draining(&db, "budget", &[("DB_DELIVERY_TIMEOUT_MS", "2000")]).await;
+    let secret = claimonce_tests::lambda::function("stripe").dev_secret;
+    let owner = db.client().await;
+    let mut records = Vec::new();
+    let mut holders = Vec::new();
+    for n in 1..=RECORDS {
+        let customer = format!("cus_budget{n}");
+        owner
+            .execute(
+                "INSERT INTO customers (stripe_customer_id) VALUES ($1)",
+                &[&customer],
+            )
+            .await
+            .expect("a customer");
+        let mut body: Value =
+            serde_json::from_str(&signed_invoice(0).0).expect("the sample's JSON");
+        body["id"] = json!(format!("evt_budget{n}"));
+        body["data"]["object"]["customer"] = json!(customer);
+        let body = body.to_string();
+        let signature = claimonce_tests::sign::stripe_header(secret, now(), body.as_bytes());
+        records.push(spilled_record(
+            &format!("budget-{n}"),
+            &body,
+            &[("stripe-signature", &signature)],
+            &own,
+        ));
+        // The customer's row, locked by a session of its own until the test lets it go.
+        let holder = db.client().await;
+        holder.batch_execute("BEGIN").await.expect("begin");
+        holder
+            .execute(
+                "SELECT 1 FROM customers WHERE stripe_customer_id = $1 FOR UPDATE",
+                &[&customer],
+            )
+            .await
+            .expect("the row locked");
+        let pid: i32 = holder
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .expect("a pid")
+            .get(0);
+        holders.push((holder, pid));
+    }
+    let sent = tokio::time::Instant::now();
+    let batch = json!({ "Records": records });
+    let mut invocation = std::pin::pin!(function.api.invoke(batch.to_string(), timeout));
+    let mut held = 0;
+    let answer = loop {
+        let Some((holder, pid)) = holders.get(held) else {
+            break invocation.await;
+        };
+        let blocked = async {
+            let waiting =
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))";
+            loop {
+                let row = owner.query_one(waiting, &[pid]).await;
+                if row.expect("pg_stat_activity").get::<_, i64>(0) > 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            answer = &mut invocation => break answer,
+            () = blocked => {
+                // The moment under test: the record's effect held for most of its timeout.
+                tokio::time::sleep(hold).await;
+                holder.batch_execute("COMMIT").await.expect("the row let go");
+                held += 1;
+            }
+        }
+    };
+    let answered_after = sent.elapsed();
+    let answer = match answer {
+        Ok(claimonce_local::runtime_api::Outcome::Response(payload)) => {
+            serde_json::from_slice::<Value>(&payload).expect("JSON")
+        }
+        Ok(claimonce_local::runtime_api::Outcome::Error(error)) => panic!(
+            "the function reported an error: {}",
+            String::from_utf8_lossy(&error)
+        ),
+        Err(e) => panic!("the batch was not answered before its deadline: {e:?}"),
+    };
+    assert!(
+        answered_after < timeout,
+        "answered after {answered_after:?}"
+    );
+    let failed = claimonce_tests::lambda::failed_items(&answer);
+    let untried: Vec<String> = (held + 1..=RECORDS)
+        .map(|n| format!("budget-{n}"))
+        .collect();
+    assert!(
+        (1..RECORDS).contains(&held),
+        "some records were tried and the rest left untried: {held} tried"
+    );
+    assert_eq!(
+        failed, untried,
+        "the untried records, and only those, failed"
+    );
+    let warned: Vec<String> = function
+        .lines("not tried: too near the invocation's deadline; received again")
+        .iter()
+        .filter(|l| l["level"] == "WARN")
+        .filter_map(|l| l["sqs_message_id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(warned, untried, "one warning line for each untried record");
+    for n in 1..=RECORDS {
+        let claims = db
+            .count(&format!(
+                "SELECT count(*) FROM processed_events WHERE event_id = 'evt_budget{n}'"
+            ))
+            .await;
+        assert_eq!(claims, i64::from(n <= held), "evt_budget{n}'s claim");
+    }
 }
 
 /// The binary drains its spill queue's dead-letter queue too, once `SPILL_DEAD_LETTER_QUEUE_ARN`
