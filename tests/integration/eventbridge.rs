@@ -432,6 +432,54 @@ async fn a_record_sqs_never_handed_out_applies_nothing() {
     assert_eq!(credit(&db).await, 700);
 }
 
+/// The receipt proof leaves a record in flight for its queue's own visibility timeout, so a
+/// record reported failed comes back when it would have without the proof. The event queue's
+/// timeout is set to 2 s and the message received for 600 s; once the function has proven it
+/// (and applied it, the message left undeleted), it is not visible at once, and it is handed
+/// out again within the queue's 2 s, long before the receive's 600 s or a fixed timeout of its
+/// own would let it.
+#[tokio::test]
+async fn the_receipt_proof_keeps_the_queue_s_own_visibility_timeout() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let db = TestDb::new().await;
+    let f = Bridging::start("stripe", &db.function_url_as("stripe"), Some(STRIPE_SOURCE)).await;
+    let sqs = f.queues.sqs();
+    sqs.set_queue_attributes()
+        .queue_url(&f.queues.url)
+        .attributes(QueueAttributeName::VisibilityTimeout, "2")
+        .send()
+        .await
+        .expect("the queue's visibility timeout");
+    let event = sample_event("stripe/eventbridge/invoice.paid.json");
+    f.queues.send(&f.queues.url, &event).await.expect("sent");
+    let received = claimonce_local::spill::receive(sqs, &f.queues.url, Some(600), 0)
+        .await
+        .expect("received");
+    assert_eq!(received.len(), 1);
+    let answer = f
+        .invoke(&claimonce_local::spill::sqs_event(&f.queues.url, &received))
+        .await;
+    assert!(claimonce_tests::lambda::failed_items(&answer).is_empty());
+    assert_eq!(f.bridged(), ["processed"], "proven, then applied");
+    let at_once = claimonce_local::spill::receive(sqs, &f.queues.url, Some(0), 0)
+        .await
+        .expect("a receive");
+    assert!(at_once.is_empty(), "still in flight after the proof");
+    let again = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let messages = claimonce_local::spill::receive(sqs, &f.queues.url, Some(600), 1)
+                .await
+                .expect("a receive");
+            if !messages.is_empty() {
+                return messages;
+            }
+        }
+    })
+    .await
+    .expect("handed out again after the queue's own visibility timeout");
+    assert_eq!(again[0].message_id(), received[0].message_id());
+}
+
 /// An event the database cannot take is reported failed, so the queue hands it out again,
 /// and applied once when it is: the first receive finds the database out (its line says so,
 /// nothing is written), the second applies it, a third, from the dead-letter queue (its event

@@ -833,10 +833,10 @@ async fn the_drain_applies_only_a_signed_delivery_from_its_own_queue() {
 }
 
 /// No replay outlives its claim through the drain: a genuine, correctly signed delivery
-/// whose signature is 30 days old (older than any spilled message can be: the queues' 14 days
-/// and the largest tolerance) is refused as stale and applies nothing, even with no ledger row
-/// left to make it a duplicate (the sweep keeps rows at least 31 days); one signed 2 days ago,
-/// as a message kept through an outage may be, is applied. The bound is the template's: both
+/// whose signature is a minute older than any spilled message can be (the queues' 14 days and
+/// the largest tolerance) is refused as stale and applies nothing, even with no ledger row left
+/// to make it a duplicate (the sweep keeps rows at least 31 days); one a minute younger, as a
+/// message kept through a whole outage may be, is applied. The bound is the template's: both
 /// spill queues are standard queues that keep a message 14 days.
 #[tokio::test]
 async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applies_a_younger_one() {
@@ -857,9 +857,11 @@ async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applie
     .await;
 }
 
-/// `provider`'s function draining a record signed 30 days ago (`record(id, age, queue ARN)`):
-/// reported failed, its `drained` line saying why, no ledger row and no row in `effect`; then
-/// one signed 2 days ago: applied, one of each.
+/// `provider`'s function draining records (`record(id, age, queue ARN)`) on either side of the
+/// oldest signature a spilled message can carry (the spill queues' 14 days and the largest
+/// tolerance): one signed a minute before it is reported failed, its `drained` line saying
+/// why, no ledger row and no row in `effect`; one signed a minute after it is applied, one of
+/// each.
 async fn the_drain_bounds_the_signed_age(
     provider: &str,
     effect: &str,
@@ -878,13 +880,14 @@ async fn the_drain_bounds_the_signed_age(
         "http://127.0.0.1:9",
     )
     .await;
-    let day = 86_400;
+    let oldest =
+        claimonce::spill::SPILL_RETENTION_SECONDS + claimonce::config::MAX_TOLERANCE_SECONDS;
     let answer = function
-        .invoke(&json!({"Records": [record("thirty-days", 30 * day, &own)]}))
+        .invoke(&json!({"Records": [record("just-outside", oldest + 60, &own)]}))
         .await;
     assert_eq!(
         answer,
-        json!({"batchItemFailures": [{"itemIdentifier": "thirty-days"}]})
+        json!({"batchItemFailures": [{"itemIdentifier": "just-outside"}]})
     );
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     let effects = format!("SELECT count(*) FROM {effect}");
@@ -898,7 +901,7 @@ async fn the_drain_bounds_the_signed_age(
     );
 
     let answer = function
-        .invoke(&json!({"Records": [record("two-days", 2 * day, &own)]}))
+        .invoke(&json!({"Records": [record("just-inside", oldest - 60, &own)]}))
         .await;
     assert_eq!(answer, json!({"batchItemFailures": []}));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
@@ -924,6 +927,71 @@ async fn stripe_draining(db: &TestDb, test: &str, extra: &[(&str, &str)]) -> (Sp
     (function, claimonce_local::spill::queue_arn(&queue))
 }
 
+/// A spilled thin event of Stripe's of type `kind`, `id`, signed now, as the SQS record
+/// `message` from the queue `arn`; its related object an invoice named after it.
+fn spilled_thin(message: &str, id: &str, kind: &str, arn: &str) -> Value {
+    let secret = function("stripe").dev_secret;
+    let object = format!("in_{}", id.trim_start_matches("evt_"));
+    let body = json!({
+        "id": id, "object": "v2.core.event", "type": kind, "livemode": false,
+        "created": claimonce_tests::sign::rfc3339_ago(3600), "context": null,
+        "related_object": {"id": object, "type": "invoice",
+                           "url": format!("/v1/invoices/{object}")},
+    })
+    .to_string();
+    let signature = claimonce_tests::sign::stripe_header(secret, now(), body.as_bytes());
+    spilled_record(message, &body, &[("stripe-signature", &signature)], arn)
+}
+
+/// A drain near its deadline puts off only a thin event it would complete from Stripe's API:
+/// in an invocation of 6 s, where the database's 4 s of bounds fit and Stripe's 3 s more do
+/// not, a thin `v1.invoice.paid` is reported failed untried and a thin `v1.charge.succeeded`,
+/// whose type has no effect here and reads no API, is claimed and ignored. Nothing is read.
+#[tokio::test]
+async fn a_drain_near_its_deadline_still_takes_a_thin_event_that_reads_no_api() {
+    use claimonce_tests::senders::StripeApi;
+    let db = TestDb::new().await;
+    let api = StripeApi::start("rk_test_noeffect", 10, None).await;
+    let (function, own) = stripe_draining(
+        &db,
+        "noeffect",
+        &[
+            ("STRIPE_API_KEY", "rk_test_noeffect"),
+            ("STRIPE_API_BASE", &api.url),
+            ("SENDER_API_TIMEOUT_MS", "3000"),
+            ("DB_DELIVERY_TIMEOUT_MS", "2000"),
+        ],
+    )
+    .await;
+    let records = [
+        spilled_thin("effect", "evt_test_neareffect", "v1.invoice.paid", &own),
+        spilled_thin("none", "evt_test_nearnone", "v1.charge.succeeded", &own),
+    ];
+    let answer = claimonce_tests::lambda::invoke(
+        &function.api,
+        &json!({ "Records": records }),
+        Duration::from_secs(6),
+    )
+    .await;
+    assert_eq!(claimonce_tests::lambda::failed_items(&answer), ["effect"]);
+    let drained = function.lines("drained");
+    assert_eq!(drained.len(), 2, "{drained:#?}");
+    assert!(
+        drained[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no longer fits before the invocation's deadline")),
+        "{drained:#?}"
+    );
+    assert_eq!(drained[1]["disposition"], "ignored", "{drained:#?}");
+    assert_eq!(api.fetched(), Vec::<String>::new(), "nothing read");
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'evt_test_near%'")
+            .await,
+        1,
+        "the event with no effect claimed, the other not"
+    );
+}
+
 /// A drained batch beats its invocation's deadline: six spilled thin events whose fetch from
 /// Stripe's API hangs, then one plain delivery, in one invocation of 15 s. Each thin record is
 /// taken only while its bounds (Stripe's 3 s and the database's) still fit, then the rest are
@@ -947,22 +1015,12 @@ async fn a_drained_batch_beats_its_deadline_and_applies_what_fits() {
         ],
     )
     .await;
-    let secret = claimonce_tests::lambda::function("stripe").dev_secret;
     let mut records = Vec::new();
     for n in 1..=6 {
-        let body = json!({
-            "id": format!("evt_test_late{n}"), "object": "v2.core.event",
-            "type": "v1.invoice.paid", "livemode": false,
-            "created": claimonce_tests::sign::rfc3339_ago(3600), "context": null,
-            "related_object": {"id": format!("in_late{n}"), "type": "invoice",
-                               "url": format!("/v1/invoices/in_late{n}")},
-        })
-        .to_string();
-        let signature = claimonce_tests::sign::stripe_header(secret, now(), body.as_bytes());
-        records.push(spilled_record(
+        records.push(spilled_thin(
             &format!("thin-{n}"),
-            &body,
-            &[("stripe-signature", &signature)],
+            &format!("evt_test_late{n}"),
+            "v1.invoice.paid",
             &own,
         ));
     }
@@ -1171,8 +1229,9 @@ async fn the_binary_drains_a_dead_letter_record_when_its_queue_is_named() {
 }
 
 /// The drain's age bound holds for every scheme that signs a time, not only Stripe's: a Resend
-/// delivery whose `svix-timestamp` is 30 days old, correctly signed, is refused and writes no
-/// ledger row and no `email_events` row; the same delivery signed 2 days ago is applied.
+/// delivery whose `svix-timestamp` is a minute past the bound, correctly signed, is refused and
+/// writes no ledger row and no `email_events` row; the same delivery a minute inside it is
+/// applied.
 #[tokio::test]
 async fn the_drain_refuses_a_resend_signature_older_than_any_spilled_message() {
     the_drain_bounds_the_signed_age("resend", "email_events", |id, age, own| {
