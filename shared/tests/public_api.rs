@@ -1,9 +1,12 @@
 //! The public API of the `claimonce` crate, held to `shared/public-api.txt`: every public path
 //! (a module, a type and its public fields, variants and inherent items, a trait and its items, a
-//! function, a constant, a re-export), one `kind path` line each, sorted, marked with the feature
-//! that brings it when it is not there without one, and `hidden` when it is public but left out
-//! of the documentation (`#[doc(hidden)]`). An item added, moved or removed fails this test
-//! until the file is written again with
+//! function, a constant, a re-export), one `kind path declaration` line each, and each trait a
+//! listed type implements (`impl path: Trait`), sorted, marked with the feature that brings it
+//! when it is not there without one, and `hidden` when it is public but left out of the
+//! documentation (`#[doc(hidden)]`). The declaration is what the item promises a caller: a
+//! function's signature, a field's or constant's type, a variant's fields, generics and bounds
+//! (`declaration`). An item added, moved or removed, a signature or a type changed, or a trait
+//! no longer implemented fails this test until the file is written again with
 //! `CLAIMONCE_BLESS=1 cargo test -p claimonce --test public_api`, so the surface changes only in
 //! a diff someone reads.
 //!
@@ -17,6 +20,11 @@ use std::process::Command;
 
 use serde_json::{Map, Value};
 
+#[path = "public_api/declaration.rs"]
+mod declaration;
+
+use declaration::{Renderer, key};
+
 /// The feature sets documented, each after the one before it: an item is marked with the first
 /// that brings it. `jobs` includes `sender-api`.
 const FEATURES: [&str; 3] = ["", "sender-api", "jobs"];
@@ -24,7 +32,7 @@ const FEATURES: [&str; 3] = ["", "sender-api", "jobs"];
 const SNAPSHOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/public-api.txt");
 
 const HEADER: &str = "\
-# The public API of the claimonce crate: `kind path`, sorted by path; [feature] marks what only
+# The public API of the claimonce crate: `kind path declaration`, sorted by path; [feature] marks what only
 # that feature brings, [hidden] what is public but not documented (#[doc(hidden)]). Checked by
 # shared/tests/public_api.rs; after a deliberate change:
 #   CLAIMONCE_BLESS=1 cargo test -p claimonce --test public_api
@@ -32,30 +40,27 @@ const HEADER: &str = "\
 
 #[test]
 fn the_public_api_is_the_one_written_down() {
-    let mut lines: BTreeMap<(String, String), (&str, bool)> = BTreeMap::new();
+    let mut lines: BTreeMap<Line, (&str, bool)> = BTreeMap::new();
     for features in FEATURES {
         let json = rustdoc_json(features).unwrap_or_else(|e| panic!("{e}"));
-        for ((path, kind), hidden) in
-            render(&json).unwrap_or_else(|e| panic!("rustdoc's JSON: {e}"))
-        {
-            lines.entry((path, kind)).or_insert((features, hidden));
+        for (line, hidden) in render(&json).unwrap_or_else(|e| panic!("rustdoc's JSON: {e}")) {
+            lines.entry(line).or_insert((features, hidden));
         }
     }
     assert!(
-        lines.contains_key(&(
-            "claimonce::prelude::Provider".to_owned(),
-            "trait".to_owned()
-        )),
+        lines
+            .keys()
+            .any(|(path, kind, _)| path == "claimonce::prelude::Provider" && kind == "trait"),
         "the rendering found no claimonce::prelude::Provider: {} lines",
         lines.len()
     );
     let mut text = HEADER.to_owned();
-    for ((path, kind), (features, hidden)) in &lines {
+    for ((path, kind, declared), (features, hidden)) in &lines {
         let marks: Vec<&str> = [*features, if *hidden { "hidden" } else { "" }]
             .into_iter()
             .filter(|mark| !mark.is_empty())
             .collect();
-        text.push_str(&format!("{kind} {path}"));
+        text.push_str(&format!("{kind} {path}{declared}"));
         if !marks.is_empty() {
             text.push_str(&format!(" [{}]", marks.join(", ")));
         }
@@ -158,8 +163,13 @@ struct Crate<'a> {
     paths: &'a Map<String, Value>,
 }
 
-/// Each public path and kind found, and whether it is hidden from the documentation.
-type Found = BTreeMap<(String, String), bool>;
+/// Each public path and kind found: whether it is hidden from the documentation, and the id of
+/// the item (none for another crate's, re-exported), whose declaration is rendered once every
+/// path is known.
+type Found = BTreeMap<(String, String), (bool, Option<String>)>;
+
+/// A line of the snapshot: path, kind and declaration.
+type Line = (String, String, String);
 
 /// Where a type or trait is reached by the shortest documented path (or, if it has none, the
 /// shortest hidden one; of equal ones, the path it is defined at): its members are listed there
@@ -167,8 +177,9 @@ type Found = BTreeMap<(String, String), bool>;
 /// it is hidden.
 type Homes = BTreeMap<String, (String, bool)>;
 
-/// Every public path of the crate in `json`, with its kind and whether it is hidden.
-fn render(json: &Value) -> Result<Found, String> {
+/// Every public path of the crate in `json`, with its kind and declaration, and whether it is
+/// hidden; and each trait a listed type implements.
+fn render(json: &Value) -> Result<BTreeMap<Line, bool>, String> {
     let field = |name: &str| {
         json.get(name)
             .and_then(Value::as_object)
@@ -183,27 +194,68 @@ fn render(json: &Value) -> Result<Found, String> {
         found: Found::new(),
         homes: Homes::new(),
         modules: Vec::new(),
+        impls: Vec::new(),
     };
     krate.named(root, "claimonce", false, &mut walk)?;
     for (id, (home, hidden)) in &walk.homes {
-        krate.members(id, home, *hidden, &mut walk.found)?;
+        krate.members(id, home, *hidden, &mut walk.found, &mut walk.impls)?;
     }
-    Ok(walk.found)
+    // Each item is named by its home, the shortest documented path it has.
+    let mut shortest: BTreeMap<String, (bool, usize, String)> = BTreeMap::new();
+    for ((path, _), (hidden, id)) in &walk.found {
+        if let Some(id) = id {
+            let rank = (*hidden, path.matches("::").count(), path.clone());
+            let best = shortest.entry(id.clone()).or_insert_with(|| rank.clone());
+            if rank < *best {
+                *best = rank;
+            }
+        }
+    }
+    let mut homes: BTreeMap<String, String> = shortest
+        .into_iter()
+        .map(|(id, (_, _, path))| (id, path))
+        .collect();
+    homes.extend(
+        walk.homes
+            .iter()
+            .map(|(id, (home, _))| (id.clone(), home.clone())),
+    );
+    let renderer = Renderer {
+        index: krate.index,
+        paths: krate.paths,
+        homes,
+    };
+    let mut lines = BTreeMap::new();
+    for ((path, kind), (hidden, id)) in walk.found {
+        let item = id.and_then(|id| krate.index.get(&id)).and_then(inner);
+        let (qualifiers, declared) = item
+            .map(|(kind, body)| {
+                (
+                    Renderer::qualifiers(kind, body),
+                    renderer.declaration(kind, body),
+                )
+            })
+            .unwrap_or_default();
+        lines.insert((path, qualifiers + &kind, declared), hidden);
+    }
+    for (home, hidden, block) in walk.impls {
+        if let Some(implemented) = renderer.trait_impl(block) {
+            lines.insert(
+                (home, "impl".to_owned(), format!(": {implemented}")),
+                hidden,
+            );
+        }
+    }
+    Ok(lines)
 }
 
 /// What a walk from the crate's root has found so far, and the modules it is inside.
-struct Walk {
+struct Walk<'a> {
     found: Found,
     homes: Homes,
     modules: Vec<String>,
-}
-
-/// An item's id as the index keys it.
-fn key(id: &Value) -> String {
-    match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+    /// The trait impls of listed types: the type's home, whether it is hidden, the impl.
+    impls: Vec<(String, bool, &'a Value)>,
 }
 
 /// An item's kind (the one key of its `inner`) and what that key holds.
@@ -250,10 +302,16 @@ fn name(item: &Value) -> Result<&str, String> {
         .ok_or_else(|| format!("an item without a name: {}", key(&item["id"])))
 }
 
-impl Crate<'_> {
+impl<'a> Crate<'a> {
     /// The item `id` reached at `path` (`hidden`: through a hidden item): a module with
     /// everything public in it, anything else as itself (its members later, at its home).
-    fn named(&self, id: &Value, path: &str, hidden: bool, walk: &mut Walk) -> Result<(), String> {
+    fn named(
+        &self,
+        id: &Value,
+        path: &str,
+        hidden: bool,
+        walk: &mut Walk<'a>,
+    ) -> Result<(), String> {
         let Some(item) = self.index.get(&key(id)) else {
             // Another crate's item, re-exported: its kind is all this crate says of it.
             let kind = self
@@ -263,13 +321,15 @@ impl Crate<'_> {
                 .and_then(Value::as_str)
                 .unwrap_or("use");
             walk.found
-                .insert((path.to_owned(), word(kind).to_owned()), hidden);
+                .insert((path.to_owned(), word(kind).to_owned()), (hidden, None));
             return Ok(());
         };
         let hidden = hidden || is_hidden(item);
         let (kind, body) = inner(item).ok_or_else(|| format!("{path}: no kind"))?;
-        walk.found
-            .insert((path.to_owned(), word(kind).to_owned()), hidden);
+        walk.found.insert(
+            (path.to_owned(), word(kind).to_owned()),
+            (hidden, Some(key(id))),
+        );
         match kind {
             // A module re-exported inside itself would never end.
             "module" if !walk.modules.contains(&key(id)) => {
@@ -313,7 +373,13 @@ impl Crate<'_> {
 
     /// An item of the module at `path`: a re-export under its own name, an impl not at all
     /// (impls are read from their types), anything else under its name.
-    fn child(&self, id: &Value, path: &str, hidden: bool, walk: &mut Walk) -> Result<(), String> {
+    fn child(
+        &self,
+        id: &Value,
+        path: &str,
+        hidden: bool,
+        walk: &mut Walk<'a>,
+    ) -> Result<(), String> {
         let child = self
             .index
             .get(&key(id))
@@ -333,7 +399,7 @@ impl Crate<'_> {
                     _ => {
                         let source = import["source"].as_str().unwrap_or_default();
                         walk.found
-                            .insert((child_path, format!("use {source}")), hidden);
+                            .insert((child_path, format!("use {source}")), (hidden, None));
                         Ok(())
                     }
                 }
@@ -344,8 +410,15 @@ impl Crate<'_> {
     }
 
     /// The public members of the type or trait `id`, under `home`: fields, variants, the items
-    /// of its inherent impls, a trait's items.
-    fn members(&self, id: &str, home: &str, hidden: bool, found: &mut Found) -> Result<(), String> {
+    /// of its inherent impls, a trait's items; and into `impls`, the type's trait impls.
+    fn members(
+        &self,
+        id: &str,
+        home: &str,
+        hidden: bool,
+        found: &mut Found,
+        impls: &mut Vec<(String, bool, &'a Value)>,
+    ) -> Result<(), String> {
         let item = self
             .index
             .get(id)
@@ -377,6 +450,8 @@ impl Crate<'_> {
                 && block["is_synthetic"] != Value::Bool(true);
             if inherent {
                 listed.extend(ids(block, "items"));
+            } else if !block["trait"].is_null() {
+                impls.push((home.to_owned(), hidden, block));
             }
         }
         for member_id in listed {
@@ -390,7 +465,7 @@ impl Crate<'_> {
                 let path = format!("{home}::{}", name(member)?);
                 found.insert(
                     (path, word(member_kind).to_owned()),
-                    hidden || is_hidden(member),
+                    (hidden || is_hidden(member), Some(key(member_id))),
                 );
             }
         }
