@@ -27,6 +27,12 @@ pub enum Way {
     Webhook,
     /// A spilled delivery, from the spill queue's batch.
     Drain,
+    /// An EventBridge event, from the event queue's batch.
+    EventBridge,
+    /// The outbox relay's scheduled run.
+    Relay,
+    /// The retention sweep's scheduled run.
+    Retention,
 }
 
 macro_rules! points {
@@ -62,23 +68,33 @@ macro_rules! points {
 
 points! {
     /// Admitted (verified and parsed), before the event is completed and claimed.
-    Admitted = "admitted", rust_effect: false, ways: [Webhook, Drain];
+    Admitted = "admitted", rust_effect: false, ways: [Webhook, Drain, EventBridge];
     /// On the connection, before the claim's statement is sent.
-    ClaimSend = "claim.send", rust_effect: false, ways: [Webhook, Drain];
+    ClaimSend = "claim.send", rust_effect: false, ways: [Webhook, Drain, EventBridge];
     /// The claim won on its transaction, before the Rust effect runs.
-    ClaimWon = "claim.won", rust_effect: true, ways: [Webhook, Drain];
+    ClaimWon = "claim.won", rust_effect: true, ways: [Webhook, Drain, EventBridge];
     /// After each statement of a Rust effect, before its next (or its return).
-    EffectStatement = "effect.statement", rust_effect: true, ways: [Webhook, Drain];
+    EffectStatement = "effect.statement", rust_effect: true, ways: [Webhook, Drain, EventBridge];
     /// The effect done, before `COMMIT` is sent.
-    CommitSend = "commit.send", rust_effect: true, ways: [Webhook, Drain];
+    CommitSend = "commit.send", rust_effect: true, ways: [Webhook, Drain, EventBridge];
     /// The statement or the `COMMIT` answered, before the connection goes back.
-    Committed = "committed", rust_effect: false, ways: [Webhook, Drain];
+    Committed = "committed", rust_effect: false, ways: [Webhook, Drain, EventBridge];
     /// The delivery settled, before it is answered.
-    Answer = "answer", rust_effect: false, ways: [Webhook, Drain];
+    Answer = "answer", rust_effect: false, ways: [Webhook, Drain, EventBridge];
     /// The database unavailable, before the delivery is sent to the spill queue.
     SpillSend = "spill.send", rust_effect: false, ways: [Webhook];
-    /// A spill queue's batch, before each record after the first.
-    DrainRecord = "drain.record", rust_effect: false, ways: [Drain];
+    /// A queue's batch, before each record after the first.
+    DrainRecord = "drain.record", rust_effect: false, ways: [Drain, EventBridge];
+    /// An event queue's batch, before SQS is asked to prove its records' receipts.
+    ReceiptProof = "receipt.proof", rust_effect: false, ways: [EventBridge];
+    /// An outbox row claimed by the relay's batch, before it is sent.
+    RelaySend = "relay.send", rust_effect: false, ways: [Relay];
+    /// The relay's batch sent, before its rows are marked and committed.
+    RelayMark = "relay.mark", rust_effect: false, ways: [Relay];
+    /// The retention sweep's cutoff read from the database's clock, before its first batch.
+    RetentionClock = "retention.clock", rust_effect: false, ways: [Retention];
+    /// The retention sweep between two of its batches.
+    RetentionBatch = "retention.batch", rust_effect: false, ways: [Retention];
 }
 
 /// A fault the step was told to fail with (`error`).
@@ -91,17 +107,21 @@ impl std::fmt::Display for Injected {
     }
 }
 
-/// The step at `point` is reached: fires its fault when one is armed.
+/// The step at `point` is reached: fires its fault when one is armed. Public for the jobs'
+/// crates, whose steps are points too.
 #[cfg(not(feature = "faults"))]
 #[inline(always)]
-pub(crate) async fn hit(_point: Point) -> Result<(), Injected> {
+#[doc(hidden)]
+pub async fn hit(_point: Point) -> Result<(), Injected> {
     Ok(())
 }
 
-/// The step at `point` is reached: fires its fault when one is armed.
+/// The step at `point` is reached: fires its fault when one is armed. Public for the jobs'
+/// crates, whose steps are points too.
 #[cfg(feature = "faults")]
 #[allow(clippy::panic, reason = "a panic is one of the faults a test arms")]
-pub(crate) async fn hit(point: Point) -> Result<(), Injected> {
+#[doc(hidden)]
+pub async fn hit(point: Point) -> Result<(), Injected> {
     let fault = armed::take(point);
     if let Some(fault) = &fault {
         // The proof that it fired, before it does (a killed process writes nothing after).

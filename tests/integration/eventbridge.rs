@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 /// Stripe's partner event source in the samples.
 pub(crate) const STRIPE_SOURCE: &str = "aws.partner/stripe.com/ed_test_claimonce_local";
 /// Shopify's.
-const SHOPIFY_SOURCE: &str = "aws.partner/shopify.com/1234567/claimonce-local";
+pub(crate) const SHOPIFY_SOURCE: &str = "aws.partner/shopify.com/1234567/claimonce-local";
 
 /// A provider's function taking `source`'s events (none when `None`) from event queues of its
 /// own in moto's SQS, its log lines kept. Tests name the messages they send by a label.

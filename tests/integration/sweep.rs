@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use claimonce::fault::{Point, Way};
+use claimonce_local::bridge::EventQueues;
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::payload_outcome;
 use claimonce_tests::lambda::{Scheduled, function, sample_event};
@@ -74,6 +75,36 @@ impl Sender {
 
     fn rust_effect(self) -> bool {
         self == Sender::Shopify
+    }
+
+    /// Its partner event source.
+    fn source(self) -> &'static str {
+        match self {
+            Sender::Stripe => crate::eventbridge::STRIPE_SOURCE,
+            Sender::Shopify => crate::eventbridge::SHOPIFY_SOURCE,
+        }
+    }
+
+    /// Event `n` as its partner event source puts it on the event queue.
+    fn bridged(self, n: u64) -> Value {
+        let mut event = match self {
+            Sender::Stripe => {
+                let webhook = self.event(n);
+                let detail: Value =
+                    serde_json::from_str(webhook["body"].as_str().expect("a body")).expect("JSON");
+                crate::eventbridge::stripe_bridged(&detail)
+            }
+            Sender::Shopify => {
+                let mut event = sample_event("shopify/eventbridge/orders.updated.json");
+                let detail = &mut event["detail"];
+                detail["payload"]["id"] = json!(n);
+                detail["metadata"]["X-Shopify-Event-Id"] = json!(format!("sweep-event-{n}"));
+                detail["metadata"]["X-Shopify-Webhook-Id"] = json!(format!("sweep-hook-{n}"));
+                event
+            }
+        };
+        event["id"] = json!(format!("sweep-bridged-{n}"));
+        event
     }
 
     /// Event `n` as an API Gateway request, signed now.
@@ -152,14 +183,24 @@ async fn deliver(env: &Scheduled, event: &Value) -> String {
     answered(&env.run_within(event, Duration::from_secs(30)).await)
 }
 
-/// One environment of `sender`'s function on `url`, in `mode`, with `faults` armed (and a
-/// spill queue, when `spilling`).
+/// Where an environment takes queued records from, besides its webhook.
+#[derive(Clone, Copy)]
+enum Queues<'a> {
+    None,
+    /// Its spill queue (which no SQS serves: a send to it fails).
+    Spill,
+    /// Its sender's partner event source, through these event queues.
+    Events(&'a EventQueues),
+}
+
+/// One environment of `sender`'s function on `url`, in `mode`, with `faults` armed, taking
+/// records from `queues`.
 async fn environment(
     sender: Sender,
     url: &str,
     mode: Mode,
     faults: &str,
-    spilling: bool,
+    queues: Queues<'_>,
 ) -> Scheduled {
     let f = function(sender.provider());
     let delivery_ms = DELIVERY_MS.to_string();
@@ -177,10 +218,15 @@ async fn environment(
             ("DB_MAX_CONNECTIONS", "1"),
         ]);
     }
-    let spill = claimonce_local::spill::function_env(&spill_queue(), NO_SQS);
-    if spilling {
-        env.extend(spill.iter().map(|(k, v)| (*k, v.as_str())));
-    }
+    let queued: Vec<(String, String)> = match queues {
+        Queues::None => Vec::new(),
+        Queues::Spill => claimonce_local::spill::function_env(&spill_queue(), NO_SQS)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+        Queues::Events(events) => events.function_env(sender.provider(), sender.source()),
+    };
+    env.extend(queued.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     Scheduled::start(f.binary, &env).await
 }
 
@@ -275,8 +321,13 @@ async fn webhook_cell(
 ) -> Result<(), String> {
     let (armed, hold) = arm(fault, outage).await;
     let spilling = point == Point::SpillSend;
+    let queues = if spilling {
+        Queues::Spill
+    } else {
+        Queues::None
+    };
     let faults = format!("{}={armed}", point.name());
-    let mut env = environment(sender, url, mode, &faults, spilling).await;
+    let mut env = environment(sender, url, mode, &faults, queues).await;
     if spilling {
         // The spill queue's send is reached only with the database unavailable.
         outage.down().await;
@@ -292,7 +343,7 @@ async fn webhook_cell(
         // The sender's retry reaches a fresh environment, once the server has ended what the
         // killed one left.
         until_no_transaction(db).await?;
-        env = environment(sender, url, mode, "", spilling).await;
+        env = environment(sender, url, mode, "", queues).await;
     }
     // The sender retries at once, and again on a 5xx, as a sender does (a few times here).
     let mut retries = Vec::new();
@@ -341,22 +392,49 @@ fn matrix(way: Way, sender: Sender, mode: Mode) -> Vec<(Sender, Point, Fault, Mo
         .collect()
 }
 
-/// How many cells `way` has, over the senders and modes.
+/// How many cells `way` has: over the senders and modes for a way events come in by, over
+/// the points and faults alone for a scheduled job (one run at a time, of no sender).
 fn cells(way: Way) -> usize {
-    SENDERS
-        .iter()
-        .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
-        .sum()
+    match way {
+        Way::Relay | Way::Retention => job_matrix(way).len(),
+        _ => SENDERS
+            .iter()
+            .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
+            .sum(),
+    }
 }
+
+/// The cells of a scheduled job's `way`: each point it reaches, with every fault.
+fn job_matrix(way: Way) -> Vec<(Point, Fault)> {
+    Point::ALL
+        .iter()
+        .filter(|p| p.ways().contains(&way))
+        .flat_map(|&p| FAULTS.map(|f| (p, f)))
+        .collect()
+}
+
+/// The ways the sweep drives, with the words RELIABILITY.md names each by.
+const WAYS: [(Way, &str); 5] = [
+    (Way::Webhook, "the webhook"),
+    (Way::Drain, "the drain"),
+    (Way::EventBridge, "EventBridge"),
+    (Way::Relay, "the outbox relay"),
+    (Way::Retention, "the retention sweep"),
+];
 
 /// RELIABILITY.md states the sweep's size as the declarations make it.
 #[test]
 fn reliability_md_states_the_size_of_the_sweep() {
-    let (webhook, drain) = (cells(Way::Webhook), cells(Way::Drain));
-    let points = Point::ALL.len();
+    let each: Vec<String> = WAYS
+        .iter()
+        .map(|&(way, words)| format!("{} through {words}", cells(way)))
+        .collect();
+    let total: usize = WAYS.iter().map(|&(way, _)| cells(way)).sum();
+    let (last, rest) = each.split_last().expect("ways");
     let stated = format!(
-        "{points} points, {} cells: {webhook} through the webhook and {drain} through the drain",
-        webhook + drain
+        "{} points, {total} cells: {} and {last}",
+        Point::ALL.len(),
+        rest.join(", ")
     );
     let path = claimonce_local::functions::workspace_root().join("RELIABILITY.md");
     let text = std::fs::read_to_string(path).expect("RELIABILITY.md");
@@ -376,7 +454,14 @@ async fn a_rust_effect_that_panics_between_its_statements_leaves_nothing_for_the
     for mode in MODES {
         let db = TestDb::new().await;
         let url = db.function_url_as("shopify");
-        let env = environment(Sender::Shopify, &url, mode, "effect.statement=panic", false).await;
+        let env = environment(
+            Sender::Shopify,
+            &url,
+            mode,
+            "effect.statement=panic",
+            Queues::None,
+        )
+        .await;
         let first = deliver(&env, &Sender::Shopify.event(1)).await;
         assert!(
             first.starts_with("function error"),
@@ -521,18 +606,6 @@ fn spilled(sender: Sender, n: u64) -> Value {
     })
 }
 
-/// A batch's answer: the message ids to receive again (every one after a function error,
-/// as SQS receives a whole batch again then), or why it is not an answer.
-fn to_receive_again(ran: &Result<Value, String>, batch: &[u64]) -> Vec<u64> {
-    match ran {
-        Ok(answer) => claimonce_tests::lambda::failed_items(answer)
-            .iter()
-            .filter_map(|id| id.strip_prefix("m-")?.parse().ok())
-            .collect(),
-        Err(_) => batch.to_vec(),
-    }
-}
-
 /// What a batch invocation answered: the records it reported failed, or a function error.
 fn batch_answered(ran: &Result<Value, String>) -> String {
     match ran {
@@ -541,25 +614,152 @@ fn batch_answered(ran: &Result<Value, String>) -> String {
     }
 }
 
-/// One cell of the drain: a batch of two spilled events (`n`, `n + 1`) with `fault` at
-/// `point`, then the queue's redelivery of what came back, then the next batch (`n + 2`).
-async fn drain_cell(
+/// The queue a batch cell's records come from, as Lambda's event source mapping hands them
+/// over: the spill queue's (records the test makes, as the receiver wrote them), or the event
+/// queue's (sent to moto's SQS as the rule does, received, and deleted unless reported
+/// failed; one reported failed is handed out again under the handle it was received with).
+enum BatchQueue {
+    Spill,
+    Events {
+        queues: EventQueues,
+        /// Each event's message while it is in flight.
+        in_flight: std::sync::Mutex<std::collections::HashMap<u64, aws_sdk_sqs::types::Message>>,
+    },
+}
+
+impl BatchQueue {
+    async fn new(way: Way, sender: Sender) -> Self {
+        match way {
+            Way::EventBridge => BatchQueue::Events {
+                queues: crate::eventbridge::fresh_queues(sender.provider()).await,
+                in_flight: std::sync::Mutex::default(),
+            },
+            _ => BatchQueue::Spill,
+        }
+    }
+
+    fn queues(&self) -> Queues<'_> {
+        match self {
+            BatchQueue::Spill => Queues::Spill,
+            BatchQueue::Events { queues, .. } => Queues::Events(queues),
+        }
+    }
+
+    /// Events `batch` of `sender` handed to `env` in one batch: what it answered, and the
+    /// events to receive again (every one after a function error, as SQS then does).
+    async fn hand(
+        &self,
+        env: &Scheduled,
+        sender: Sender,
+        batch: &[u64],
+    ) -> Result<(String, Vec<u64>), String> {
+        let (records, ids) = match self {
+            BatchQueue::Spill => {
+                let records: Vec<Value> = batch.iter().map(|&i| spilled(sender, i)).collect();
+                let ids = batch.iter().map(|&i| (format!("m-{i}"), i)).collect();
+                (records, ids)
+            }
+            BatchQueue::Events { queues, in_flight } => {
+                let messages = self.receive(queues, in_flight, sender, batch).await?;
+                let event = claimonce_local::spill::sqs_event(&queues.url, &messages);
+                let records = event["Records"].as_array().cloned().unwrap_or_default();
+                let ids: std::collections::HashMap<String, u64> = messages
+                    .iter()
+                    .zip(batch)
+                    .map(|(m, &i)| (m.message_id().unwrap_or_default().to_owned(), i))
+                    .collect();
+                (records, ids)
+            }
+        };
+        let ran = env
+            .run_within(&json!({ "Records": records }), Duration::from_secs(30))
+            .await;
+        let again: Vec<u64> = match &ran {
+            Ok(answer) => claimonce_tests::lambda::failed_items(answer)
+                .iter()
+                .filter_map(|id| ids.get(*id).copied())
+                .collect(),
+            Err(_) => batch.to_vec(),
+        };
+        if let BatchQueue::Events { queues, in_flight } = self {
+            // The event source mapping deletes what was not reported failed.
+            let done: Vec<aws_sdk_sqs::types::Message> = {
+                let mut in_flight = in_flight.lock().expect("in flight");
+                batch
+                    .iter()
+                    .filter(|i| !again.contains(i))
+                    .filter_map(|i| in_flight.remove(i))
+                    .collect()
+            };
+            for message in &done {
+                claimonce_local::spill::delete(queues.sqs(), &queues.url, message).await?;
+            }
+        }
+        Ok((batch_answered(&ran), again))
+    }
+
+    /// Events `batch` received from the event queue, in order: each in flight made visible
+    /// again and received again, each other sent first.
+    async fn receive(
+        &self,
+        queues: &EventQueues,
+        in_flight: &std::sync::Mutex<std::collections::HashMap<u64, aws_sdk_sqs::types::Message>>,
+        sender: Sender,
+        batch: &[u64],
+    ) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
+        let mut ids = Vec::new();
+        for &i in batch {
+            let held = in_flight.lock().expect("in flight").remove(&i);
+            let id = match held {
+                Some(message) => {
+                    queues
+                        .sqs()
+                        .change_message_visibility()
+                        .queue_url(&queues.url)
+                        .receipt_handle(message.receipt_handle().unwrap_or_default())
+                        .visibility_timeout(0)
+                        .send()
+                        .await
+                        .map_err(|e| format!("visible again: {e}"))?;
+                    message.message_id().unwrap_or_default().to_owned()
+                }
+                None => queues.send(&queues.url, &sender.bridged(i)).await?,
+            };
+            ids.push(id);
+        }
+        let received = queues.receive(&queues.url, &ids).await?;
+        let mut ordered = Vec::new();
+        let mut in_flight = in_flight.lock().expect("in flight");
+        for (&i, id) in batch.iter().zip(&ids) {
+            let message = received
+                .iter()
+                .find(|m| m.message_id() == Some(id.as_str()))
+                .cloned()
+                .ok_or_else(|| format!("event {i} was not received"))?;
+            in_flight.insert(i, message.clone());
+            ordered.push(message);
+        }
+        Ok(ordered)
+    }
+}
+
+/// One cell of a queue's way in (the drain, EventBridge): a batch of two events (`n`,
+/// `n + 1`) with `fault` at `point`, then the queue's redelivery of what came back, then the
+/// next batch (`n + 2`).
+async fn batch_cell(
     db: &TestDb,
     outage: &Arc<Outage>,
     url: &str,
+    way: Way,
     (sender, point, fault, mode): (Sender, Point, Fault, Mode),
     n: u64,
 ) -> Result<(), String> {
+    let queue = BatchQueue::new(way, sender).await;
     let (armed, hold) = arm(fault, outage).await;
     let faults = format!("{}={armed}", point.name());
-    let mut env = environment(sender, url, mode, &faults, true).await;
+    let mut env = environment(sender, url, mode, &faults, queue.queues()).await;
     let batch = [n, n + 1];
-    let records = |ids: &[u64]| json!({"Records": ids.iter().map(|&i| spilled(sender, i)).collect::<Vec<_>>()});
-    let ran = env
-        .run_within(&records(&batch), Duration::from_secs(30))
-        .await;
-    let first = batch_answered(&ran);
-    let mut again = to_receive_again(&ran, &batch);
+    let (first, mut again) = queue.hand(&env, sender, &batch).await?;
     if !env
         .lines("fault injected")
         .iter()
@@ -578,29 +778,21 @@ async fn drain_cell(
     }
     if fault == Fault::Kill {
         until_no_transaction(db).await?;
-        env = environment(sender, url, mode, "", true).await;
+        env = environment(sender, url, mode, "", queue.queues()).await;
     }
     // The queue receives again what came back, a few times.
     for _ in 0..3 {
         if again.is_empty() {
             break;
         }
-        let ran = env
-            .run_within(&records(&again), Duration::from_secs(30))
-            .await;
-        again = to_receive_again(&ran, &again);
+        again = queue.hand(&env, sender, &again).await?.1;
     }
     if !again.is_empty() {
         return Err(format!("answered {first}; still coming back: {again:?}"));
     }
-    let next = env
-        .run_within(&records(&[n + 2]), Duration::from_secs(30))
-        .await;
-    if !to_receive_again(&next, &[n + 2]).is_empty() {
-        return Err(format!(
-            "answered {first}; the next batch {}",
-            batch_answered(&next)
-        ));
+    let (next, failed) = queue.hand(&env, sender, &[n + 2]).await?;
+    if !failed.is_empty() {
+        return Err(format!("answered {first}; the next batch {next}"));
     }
     for event in [n, n + 1, n + 2] {
         let applied = sender.applied(db, event).await;
@@ -627,7 +819,7 @@ async fn sweep_one(way: Way, sender: Sender, mode: Mode) -> Vec<String> {
     for (n, cell) in (1000..).step_by(3).zip(matrix(way, sender, mode)) {
         let swept = match way {
             Way::Webhook => webhook_cell(&db, &outage, &url, cell, n).await,
-            Way::Drain => drain_cell(&db, &outage, &url, cell, n).await,
+            Way::Drain | Way::EventBridge => batch_cell(&db, &outage, &url, way, cell, n).await,
             other => Err(format!("the sweep has no driver for {other:?}")),
         };
         if let Err(why) = swept {
@@ -675,4 +867,254 @@ async fn every_fault_at_every_point_of_the_webhook_leaves_each_event_applied_onc
 #[tokio::test]
 async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once() {
     sweep(Way::Drain).await;
+}
+
+/// The outbox relay, every cell: each row sent once to its FIFO queue and marked.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_outbox_relay_leaves_each_row_sent_and_marked() {
+    job_sweep(Way::Relay).await;
+}
+
+/// The retention sweep, every cell: every row past its window removed, none inside it.
+#[tokio::test]
+async fn every_fault_at_every_point_of_the_retention_sweep_removes_only_rows_past_their_window() {
+    job_sweep(Way::Retention).await;
+}
+
+/// EventBridge through the event queue, every cell: both senders in both modes.
+#[tokio::test]
+async fn every_fault_at_every_point_of_eventbridge_leaves_each_event_applied_once() {
+    sweep(Way::EventBridge).await;
+}
+
+/// Sweeps every cell of a scheduled job's `way`, one after another on a database of their own,
+/// and fails naming each cell that broke.
+async fn job_sweep(way: Way) {
+    let db = TestDb::new().await;
+    let (outage, url) = Outage::in_front_of(db.function_url())
+        .await
+        .expect("the forwarder");
+    let outage = Arc::new(outage);
+    let cells = job_matrix(way);
+    let mut broke = Vec::new();
+    for (n, &(point, fault)) in cells.iter().enumerate() {
+        if let Err(why) = job_cell(&db, &outage, &url, way, (point, fault), n).await {
+            broke.push(format!("{} {fault:?}: {why}", point.name()));
+        }
+    }
+    println!(
+        "sweep: {way:?}, {} cells, {} broke",
+        cells.len(),
+        broke.len()
+    );
+    assert!(!cells.is_empty(), "the matrix is generated from the points");
+    assert!(
+        broke.is_empty(),
+        "{} of {} cells broke:\n{}",
+        broke.len(),
+        cells.len(),
+        broke.join("\n")
+    );
+}
+
+/// What a scheduled job's cell starts from and checks: the relay's outbox rows and the FIFO
+/// queue they go to, or the sweep's ledger rows on either side of the window.
+struct Job {
+    sqs: Option<(aws_sdk_sqs::Client, String)>,
+}
+
+impl Job {
+    /// Rows for cell `n` to work on, and where the job sends them.
+    async fn new(db: &TestDb, way: Way, n: usize) -> Self {
+        let client = db.client().await;
+        let mut sqs = None;
+        match way {
+            Way::Relay => {
+                client
+                    .batch_execute("DELETE FROM outbox")
+                    .await
+                    .expect("an empty outbox");
+                client
+                    .execute(
+                        "INSERT INTO outbox (topic, payload, provider, event_id) \
+                         SELECT 'crm.ping', jsonb_build_object('n', n), 'stripe', 'evt_' || n \
+                         FROM generate_series(1, 5) AS n",
+                        &[],
+                    )
+                    .await
+                    .expect("outbox rows");
+                let moto = claimonce_tests::moto::moto().await;
+                let client = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+                let queue = client
+                    .create_queue()
+                    .queue_name(format!("sweep-outbox-{}-{n}.fifo", std::process::id()))
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+                    .send()
+                    .await
+                    .expect("the FIFO queue")
+                    .queue_url
+                    .expect("its URL");
+                sqs = Some((client, queue));
+            }
+            _ => {
+                client
+                    .batch_execute("DELETE FROM processed_events")
+                    .await
+                    .expect("an empty ledger");
+                for (prefix, days, count) in [("old", 120, 7_i64), ("kept", 10, 3)] {
+                    client
+                        .execute(
+                            "INSERT INTO processed_events (provider, event_id, event_type, received_at) \
+                             SELECT 'stripe', $1 || '-' || n, 'invoice.paid', \
+                                    now() - make_interval(days => $2) \
+                             FROM generate_series(1, $3::bigint) AS n",
+                            &[&prefix, &days, &count],
+                        )
+                        .await
+                        .expect("ledger rows");
+                }
+            }
+        }
+        Self { sqs }
+    }
+
+    /// The job's function on `url` with `faults` armed.
+    async fn environment(&self, url: &str, faults: &str) -> Scheduled {
+        let mut env = vec![
+            ("DATABASE_URL", url.to_owned()),
+            ("DB_CONNECT_TIMEOUT_MS", "500".to_owned()),
+            ("DB_DELIVERY_TIMEOUT_MS", DELIVERY_MS.to_string()),
+            ("CLAIMONCE_FAULTS", faults.to_owned()),
+            ("RUST_BACKTRACE", "0".to_owned()),
+        ];
+        let binary = match &self.sqs {
+            Some((_, queue)) => {
+                let moto = claimonce_tests::moto::moto().await;
+                env.extend([
+                    ("OUTBOX_QUEUE_URL", queue.clone()),
+                    ("OUTBOX_BATCH_SIZE", "2".to_owned()),
+                    ("OUTBOX_RETRY_BASE_MS", "0".to_owned()),
+                ]);
+                env.extend(claimonce_local::spill::aws_env(&moto.url));
+                "outbox-relay"
+            }
+            None => {
+                env.extend([
+                    ("RETENTION_DAYS", "90".to_owned()),
+                    ("SWEEP_BATCH_SIZE", "2".to_owned()),
+                ]);
+                "retention-sweep"
+            }
+        };
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Scheduled::start(binary, &env).await
+    }
+
+    /// What the job promises once a run finished: every row sent once to its queue and
+    /// marked; or every row past the window removed and none inside it.
+    async fn holds(&self, db: &TestDb) -> Result<(), String> {
+        match &self.sqs {
+            Some((sqs, queue)) => {
+                let pending = db
+                    .count("SELECT count(*) FROM outbox WHERE dispatched_at IS NULL")
+                    .await;
+                if pending != 0 {
+                    return Err(format!("{pending} rows never marked"));
+                }
+                let mut keys = Vec::new();
+                loop {
+                    let received = sqs
+                        .receive_message()
+                        .queue_url(queue)
+                        .max_number_of_messages(10)
+                        .send()
+                        .await
+                        .map_err(|e| format!("receive: {e}"))?
+                        .messages
+                        .unwrap_or_default();
+                    if received.is_empty() {
+                        break;
+                    }
+                    for m in received {
+                        keys.push(m.body().unwrap_or_default().to_owned());
+                        sqs.delete_message()
+                            .queue_url(queue)
+                            .receipt_handle(m.receipt_handle().unwrap_or_default())
+                            .send()
+                            .await
+                            .map_err(|e| format!("delete: {e}"))?;
+                    }
+                }
+                if keys.len() != 5 {
+                    return Err(format!("the queue held {} messages for 5 rows", keys.len()));
+                }
+                Ok(())
+            }
+            None => {
+                let old = db
+                    .count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'old-%'")
+                    .await;
+                let kept = db
+                    .count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'kept-%'")
+                    .await;
+                if (old, kept) != (0, 3) {
+                    return Err(format!(
+                        "{old} rows past the window left, {kept} of 3 inside it kept"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One cell of a scheduled job: a run with `fault` at `point`, then the schedule's next runs
+/// (on a fresh environment after a kill) until one finishes, then the job's promise.
+async fn job_cell(
+    db: &TestDb,
+    outage: &Arc<Outage>,
+    url: &str,
+    way: Way,
+    (point, fault): (Point, Fault),
+    n: usize,
+) -> Result<(), String> {
+    let job = Job::new(db, way, n).await;
+    let (armed, hold) = arm(fault, outage).await;
+    let mut env = job
+        .environment(url, &format!("{}={armed}", point.name()))
+        .await;
+    let first = env.run().await;
+    if !env
+        .lines("fault injected")
+        .iter()
+        .any(|l| l["point"] == point.name())
+    {
+        return Err(format!("the fault never fired (answered {first:?})"));
+    }
+    released(hold, outage).await?;
+    if fault == Fault::Kill {
+        until_no_transaction(db).await?;
+        env = job.environment(url, "").await;
+    }
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let run = env.run().await;
+        let finished = run.as_ref().is_ok_and(|r| r["finished"] == true);
+        runs.push(run);
+        if finished {
+            break;
+        }
+    }
+    if !runs
+        .last()
+        .is_some_and(|r| r.as_ref().is_ok_and(|r| r["finished"] == true))
+    {
+        return Err(format!("first {first:?}, then no run finished: {runs:?}"));
+    }
+    job.holds(db)
+        .await
+        .map_err(|e| format!("first {first:?}, then {runs:?}: {e}"))?;
+    until_no_transaction(db)
+        .await
+        .map_err(|e| format!("first {first:?}: {e}"))
 }

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
+use claimonce::fault::Point;
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde::Serialize;
@@ -309,6 +310,8 @@ struct Batch {
     out_of_time: bool,
 }
 
+/// One batch: its rows claimed, sent and marked in one transaction. An error is the
+/// database's, data-free ([`summary`]), or a fault a test injected.
 async fn run_batch<D: Dispatch>(
     client: &Client,
     timeouts: &Timeouts,
@@ -316,7 +319,8 @@ async fn run_batch<D: Dispatch>(
     dispatch: &D,
     budget: &Budget,
     after: i64,
-) -> Result<Batch, tokio_postgres::Error> {
+) -> Result<Batch, String> {
+    let db = |e: tokio_postgres::Error| summary(&e);
     // The session may sit idle in this transaction while it sends: allow that for as long as
     // the budget (plus one send) lasts, and no longer.
     let idle = budget.remaining() + options.send_timeout + Duration::from_secs(2);
@@ -332,7 +336,7 @@ async fn run_batch<D: Dispatch>(
         client.query_typed(CLAIM, &[(&after, Type::INT8), (&limit, Type::INT8)]),
     )
     .await;
-    let rows = begun.and(claimed)?;
+    let rows = begun.and(claimed).map_err(db)?;
     let mut batch = Batch {
         claimed: rows.len(),
         last_id: None,
@@ -341,35 +345,31 @@ async fn run_batch<D: Dispatch>(
         out_of_time: false,
     };
     for row in &rows {
-        let row = OutboxRow {
-            id: row.try_get(0)?,
-            topic: row.try_get(1)?,
-            payload: row.try_get(2)?,
-            created_at: row.try_get(3)?,
-            attempts: row.try_get(4)?,
-            provider: row.try_get(5)?,
-            event_id: row.try_get(6)?,
-            signed_body: row.try_get(7)?,
-            signature: row
-                .try_get::<_, Option<String>>(8)?
-                .zip(row.try_get::<_, Option<String>>(9)?),
-        };
+        let row = outbox_row(row).map_err(db)?;
         if !budget.allows_more() {
             // Unsent rows are released at COMMIT, untouched, for the next run.
             batch.out_of_time = true;
             break;
         }
         batch.last_id = Some(row.id);
+        if let Err(injected) = claimonce::fault::hit(Point::RelaySend).await {
+            batch.failed.push((row.id, injected.to_string()));
+            continue;
+        }
         match tokio::time::timeout(options.send_timeout, dispatch.send(&row)).await {
             Ok(Ok(())) => batch.sent.push(row.id),
             Ok(Err(e)) => batch.failed.push((row.id, truncate(e.to_string()))),
             Err(_) => batch.failed.push((row.id, "send timed out".into())),
         }
     }
+    claimonce::fault::hit(Point::RelayMark)
+        .await
+        .map_err(|injected| injected.to_string())?;
     if !batch.sent.is_empty() {
         client
             .execute_typed(MARK_SENT, &[(&batch.sent, Type::INT8_ARRAY)])
-            .await?;
+            .await
+            .map_err(db)?;
     }
     if !batch.failed.is_empty() {
         let (ids, errors): (Vec<i64>, Vec<String>) = batch.failed.iter().cloned().unzip();
@@ -387,10 +387,28 @@ async fn run_batch<D: Dispatch>(
                     (&max_attempts, Type::INT4),
                 ],
             )
-            .await?;
+            .await
+            .map_err(db)?;
     }
-    client.batch_execute("COMMIT").await?;
+    client.batch_execute("COMMIT").await.map_err(db)?;
     Ok(batch)
+}
+
+/// A claimed row as the relay reads it.
+fn outbox_row(row: &tokio_postgres::Row) -> Result<OutboxRow, tokio_postgres::Error> {
+    Ok(OutboxRow {
+        id: row.try_get(0)?,
+        topic: row.try_get(1)?,
+        payload: row.try_get(2)?,
+        created_at: row.try_get(3)?,
+        attempts: row.try_get(4)?,
+        provider: row.try_get(5)?,
+        event_id: row.try_get(6)?,
+        signed_body: row.try_get(7)?,
+        signature: row
+            .try_get::<_, Option<String>>(8)?
+            .zip(row.try_get::<_, Option<String>>(9)?),
+    })
 }
 
 /// Relays undispatched rows, batch by batch, while `budget` allows.
@@ -418,7 +436,7 @@ pub async fn relay<D: Dispatch>(
                 // The sends of this batch may have happened; their rows stay undispatched
                 // and go out again (the idempotency key makes that harmless).
                 let _ = client.batch_execute("ROLLBACK").await;
-                report.error = Some(summary(&e));
+                report.error = Some(e);
                 break;
             }
             Err(_) => {

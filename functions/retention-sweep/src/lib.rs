@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use claimonce::config::{self, ConfigError};
 use claimonce::db::{Settings, Timeouts};
+use claimonce::fault::Point;
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde_json::{Value, json};
@@ -339,10 +340,18 @@ pub async fn sweep<A: Allowance + ?Sized>(
         .collect();
     jobs.push((Table::Outbox, cutoff(policy.retention_days)));
     let mut report = Report::default();
+    let point = |batches: u32| match batches {
+        0 => Point::RetentionClock,
+        _ => Point::RetentionBatch,
+    };
     for (table, cutoff) in jobs {
         let sql = table.delete(cutoff, policy.batch_size);
         loop {
             if !budget.allows_another(report.batches) {
+                return report;
+            }
+            if let Err(injected) = claimonce::fault::hit(point(report.batches)).await {
+                report.error = Some(injected.to_string());
                 return report;
             }
             let removed = match batch(client, timeouts, &sql).await {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::bridge::Bridge;
+use crate::fault::Point;
 
 impl<P: Provider> Receiver<P> {
     /// One event queue record's outcome, and EventBridge's id of the event once its envelope
@@ -42,6 +43,9 @@ impl<P: Provider> Receiver<P> {
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
+            Ok((parsed, _)) if let Err(injected) = crate::fault::hit(Point::Admitted).await => {
+                Outcome::injected(parsed, injected)
+            }
             Ok((parsed, sha)) => match self.complete_within(parsed, sha, deadline).await {
                 Err(outcome) => outcome,
                 Ok((parsed, _)) => self.settle_queued(parsed, None, unavailable).await,

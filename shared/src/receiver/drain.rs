@@ -45,7 +45,13 @@ impl<P: Provider> Receiver<P> {
         // The event queues' records proven to have come off them, before any is claimed: one
         // SQS call per queue and batch (crate::sqs::receipt).
         let mut proofs = match &self.bridge {
-            Some(bridge) => crate::rare(bridge.prove(records)).await,
+            Some(bridge) => match crate::fault::hit(crate::fault::Point::ReceiptProof).await {
+                Ok(()) => crate::rare(bridge.prove(records)).await,
+                Err(injected) => records
+                    .iter()
+                    .map(|_| Some(Err(injected.to_string())))
+                    .collect(),
+            },
             None => Vec::new(),
         }
         .into_iter();
