@@ -33,6 +33,8 @@ pub enum Way {
     Relay,
     /// The retention sweep's scheduled run.
     Retention,
+    /// stripe-recover's scheduled run: events listed from the sender's API, applied.
+    Recover,
 }
 
 macro_rules! points {
@@ -68,9 +70,9 @@ macro_rules! points {
 
 points! {
     /// Admitted (verified and parsed), before the event is completed and claimed.
-    Admitted = "admitted", rust_effect: false, ways: [Webhook, Drain, EventBridge];
+    Admitted = "admitted", rust_effect: false, ways: [Webhook, Drain, EventBridge, Recover];
     /// On the connection, before the claim's statement is sent.
-    ClaimSend = "claim.send", rust_effect: false, ways: [Webhook, Drain, EventBridge];
+    ClaimSend = "claim.send", rust_effect: false, ways: [Webhook, Drain, EventBridge, Recover];
     /// The claim won on its transaction, before the Rust effect runs.
     ClaimWon = "claim.won", rust_effect: true, ways: [Webhook, Drain, EventBridge];
     /// After each statement of a Rust effect, before its next (or its return).
@@ -78,7 +80,7 @@ points! {
     /// The effect done, before `COMMIT` is sent.
     CommitSend = "commit.send", rust_effect: true, ways: [Webhook, Drain, EventBridge];
     /// The statement or the `COMMIT` answered, before the connection goes back.
-    Committed = "committed", rust_effect: false, ways: [Webhook, Drain, EventBridge];
+    Committed = "committed", rust_effect: false, ways: [Webhook, Drain, EventBridge, Recover];
     /// The delivery settled, before it is answered.
     Answer = "answer", rust_effect: false, ways: [Webhook, Drain, EventBridge];
     /// The database unavailable, before the delivery is sent to the spill queue.
@@ -95,6 +97,8 @@ points! {
     RetentionClock = "retention.clock", rust_effect: false, ways: [Retention];
     /// The retention sweep between two of its batches.
     RetentionBatch = "retention.batch", rust_effect: false, ways: [Retention];
+    /// An event a recover run listed and found unclaimed, before it is applied.
+    RecoverApply = "recover.apply", rust_effect: false, ways: [Recover];
 }
 
 /// A fault the step was told to fail with (`error`).

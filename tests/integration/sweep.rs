@@ -396,7 +396,7 @@ fn matrix(way: Way, sender: Sender, mode: Mode) -> Vec<(Sender, Point, Fault, Mo
 /// the points and faults alone for a scheduled job (one run at a time, of no sender).
 fn cells(way: Way) -> usize {
     match way {
-        Way::Relay | Way::Retention => job_matrix(way).len(),
+        Way::Relay | Way::Retention | Way::Recover => job_matrix(way).len(),
         _ => SENDERS
             .iter()
             .flat_map(|&s| MODES.map(|m| matrix(way, s, m).len()))
@@ -414,10 +414,11 @@ fn job_matrix(way: Way) -> Vec<(Point, Fault)> {
 }
 
 /// The ways the sweep drives, with the words RELIABILITY.md names each by.
-const WAYS: [(Way, &str); 5] = [
+const WAYS: [(Way, &str); 6] = [
     (Way::Webhook, "the webhook"),
     (Way::Drain, "the drain"),
     (Way::EventBridge, "EventBridge"),
+    (Way::Recover, "stripe-recover"),
     (Way::Relay, "the outbox relay"),
     (Way::Retention, "the retention sweep"),
 ];
@@ -869,6 +870,12 @@ async fn every_fault_at_every_point_of_the_drain_leaves_each_event_applied_once(
     sweep(Way::Drain).await;
 }
 
+/// stripe-recover, every cell: each event it lists applied once.
+#[tokio::test]
+async fn every_fault_at_every_point_of_stripe_recover_applies_each_listed_event_once() {
+    job_sweep(Way::Recover).await;
+}
+
 /// The outbox relay, every cell: each row sent once to its FIFO queue and marked.
 #[tokio::test]
 async fn every_fault_at_every_point_of_the_outbox_relay_leaves_each_row_sent_and_marked() {
@@ -918,16 +925,29 @@ async fn job_sweep(way: Way) {
 }
 
 /// What a scheduled job's cell starts from and checks: the relay's outbox rows and the FIFO
-/// queue they go to, or the sweep's ledger rows on either side of the window.
-struct Job {
-    sqs: Option<(aws_sdk_sqs::Client, String)>,
+/// queue they go to, the sweep's ledger rows on either side of the window, or the events
+/// stripe-recover lists from Stripe's API, none of them delivered.
+enum Job {
+    Relay {
+        sqs: aws_sdk_sqs::Client,
+        queue: String,
+    },
+    Retention,
+    Recover {
+        api: claimonce_tests::senders::StripeApi,
+    },
 }
+
+/// The key stripe-recover reads Stripe's API with.
+const RECOVER_KEY: &str = "rk_test_claimonce_sweep";
+
+/// The events stripe-recover lists in a cell: three invoices of customers of their own.
+const RECOVERED: u64 = 3;
 
 impl Job {
     /// Rows for cell `n` to work on, and where the job sends them.
     async fn new(db: &TestDb, way: Way, n: usize) -> Self {
         let client = db.client().await;
-        let mut sqs = None;
         match way {
             Way::Relay => {
                 client
@@ -944,8 +964,8 @@ impl Job {
                     .await
                     .expect("outbox rows");
                 let moto = claimonce_tests::moto::moto().await;
-                let client = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-                let queue = client
+                let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
+                let queue = sqs
                     .create_queue()
                     .queue_name(format!("sweep-outbox-{}-{n}.fifo", std::process::id()))
                     .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
@@ -954,7 +974,22 @@ impl Job {
                     .expect("the FIFO queue")
                     .queue_url
                     .expect("its URL");
-                sqs = Some((client, queue));
+                Job::Relay { sqs, queue }
+            }
+            Way::Recover => {
+                let api = claimonce_tests::senders::StripeApi::start(RECOVER_KEY, 100, None).await;
+                for i in 0..RECOVERED {
+                    let sample = sample_event("stripe/invoice.paid.json");
+                    let mut body: Value =
+                        serde_json::from_str(sample["body"].as_str().expect("a body"))
+                            .expect("JSON");
+                    body["id"] = json!(format!("evt_recover_{n}_{i}"));
+                    body["data"]["object"]["customer"] = json!(format!("cus_recover_{n}_{i}"));
+                    // An hour old: past the grace left to its webhook, inside the window.
+                    body["created"] = json!(claimonce_tests::sign::now() - 3600);
+                    api.add(body.to_string().as_bytes(), false);
+                }
+                Job::Recover { api }
             }
             _ => {
                 client
@@ -973,9 +1008,9 @@ impl Job {
                         .await
                         .expect("ledger rows");
                 }
+                Job::Retention
             }
         }
-        Self { sqs }
     }
 
     /// The job's function on `url` with `faults` armed.
@@ -987,8 +1022,8 @@ impl Job {
             ("CLAIMONCE_FAULTS", faults.to_owned()),
             ("RUST_BACKTRACE", "0".to_owned()),
         ];
-        let binary = match &self.sqs {
-            Some((_, queue)) => {
+        let binary = match self {
+            Job::Relay { queue, .. } => {
                 let moto = claimonce_tests::moto::moto().await;
                 env.extend([
                     ("OUTBOX_QUEUE_URL", queue.clone()),
@@ -998,12 +1033,19 @@ impl Job {
                 env.extend(claimonce_local::spill::aws_env(&moto.url));
                 "outbox-relay"
             }
-            None => {
+            Job::Retention => {
                 env.extend([
                     ("RETENTION_DAYS", "90".to_owned()),
                     ("SWEEP_BATCH_SIZE", "2".to_owned()),
                 ]);
                 "retention-sweep"
+            }
+            Job::Recover { api } => {
+                env.extend([
+                    ("STRIPE_API_BASE", api.url.clone()),
+                    ("STRIPE_API_KEY", RECOVER_KEY.to_owned()),
+                ]);
+                "stripe-recover"
             }
         };
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -1011,17 +1053,18 @@ impl Job {
     }
 
     /// What the job promises once a run finished: every row sent once to its queue and
-    /// marked; or every row past the window removed and none inside it.
-    async fn holds(&self, db: &TestDb) -> Result<(), String> {
-        match &self.sqs {
-            Some((sqs, queue)) => {
+    /// marked; every row past the window removed and none inside it; each listed event
+    /// applied once.
+    async fn holds(&self, db: &TestDb, n: usize) -> Result<(), String> {
+        match self {
+            Job::Relay { sqs, queue } => {
                 let pending = db
                     .count("SELECT count(*) FROM outbox WHERE dispatched_at IS NULL")
                     .await;
                 if pending != 0 {
                     return Err(format!("{pending} rows never marked"));
                 }
-                let mut keys = Vec::new();
+                let mut messages = 0;
                 loop {
                     let received = sqs
                         .receive_message()
@@ -1036,7 +1079,7 @@ impl Job {
                         break;
                     }
                     for m in received {
-                        keys.push(m.body().unwrap_or_default().to_owned());
+                        messages += 1;
                         sqs.delete_message()
                             .queue_url(queue)
                             .receipt_handle(m.receipt_handle().unwrap_or_default())
@@ -1045,22 +1088,37 @@ impl Job {
                             .map_err(|e| format!("delete: {e}"))?;
                     }
                 }
-                if keys.len() != 5 {
-                    return Err(format!("the queue held {} messages for 5 rows", keys.len()));
+                if messages != 5 {
+                    return Err(format!("the queue held {messages} messages for 5 rows"));
                 }
                 Ok(())
             }
-            None => {
-                let old = db
-                    .count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'old-%'")
-                    .await;
-                let kept = db
-                    .count("SELECT count(*) FROM processed_events WHERE event_id LIKE 'kept-%'")
-                    .await;
+            Job::Retention => {
+                let count = |prefix: &str| {
+                    let sql = format!(
+                        "SELECT count(*) FROM processed_events WHERE event_id LIKE '{prefix}-%'"
+                    );
+                    async move { db.count(&sql).await }
+                };
+                let (old, kept) = (count("old").await, count("kept").await);
                 if (old, kept) != (0, 3) {
                     return Err(format!(
                         "{old} rows past the window left, {kept} of 3 inside it kept"
                     ));
+                }
+                Ok(())
+            }
+            Job::Recover { .. } => {
+                for i in 0..RECOVERED {
+                    let credited = db
+                        .count(&format!(
+                            "SELECT coalesce(sum(credit_balance_cents), 0)::bigint / 2000 \
+                             FROM customers WHERE stripe_customer_id = 'cus_recover_{n}_{i}'"
+                        ))
+                        .await;
+                    if credited != 1 {
+                        return Err(format!("event {i} applied {credited} times"));
+                    }
                 }
                 Ok(())
             }
@@ -1111,7 +1169,7 @@ async fn job_cell(
     {
         return Err(format!("first {first:?}, then no run finished: {runs:?}"));
     }
-    job.holds(db)
+    job.holds(db, n)
         .await
         .map_err(|e| format!("first {first:?}, then {runs:?}: {e}"))?;
     until_no_transaction(db)

@@ -628,6 +628,14 @@ impl Recoverer {
                     Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
                 continue;
             }
+            // A fault a test injected here fails the event as a failed claim would.
+            let injected = claimonce::fault::hit(claimonce::fault::Point::RecoverApply).await;
+            if injected.is_err() {
+                report.failed += 1;
+                oldest_failure =
+                    Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
+                continue;
+            }
             let recovered = self.receiver.recover(event.raw.get().as_bytes()).await;
             match recovered.disposition {
                 Disposition::Processed | Disposition::Ignored => report.applied += 1,

@@ -2,6 +2,7 @@
 //! claim as a webhook, and the ledger look-up they make first.
 
 use super::*;
+use crate::fault::Point;
 
 /// What [`Receiver::recover`] did with one event.
 #[derive(Debug)]
@@ -33,6 +34,9 @@ impl<P: Provider> Receiver<P> {
         let mut unavailable = None;
         let outcome = match self.admit_event(body, &http::HeaderMap::new(), admit::Proof::Origin) {
             Err(r) => Outcome::unparsed(r),
+            Ok((parsed, _)) if let Err(injected) = crate::fault::hit(Point::Admitted).await => {
+                Outcome::injected(parsed, injected)
+            }
             // Completed as a webhook's would be (a thin event from its sender's API), so no
             // way of arriving claims an event its effect cannot read.
             Ok((parsed, sha)) => match self.complete(parsed, sha).await {
