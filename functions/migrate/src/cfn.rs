@@ -106,12 +106,60 @@ impl std::error::Error for PutFailed {}
 /// guide, "AWS owned buckets" a VPC endpoint policy must allow).
 const RESPONSE_BUCKET_PREFIX: &str = "cloudformation-custom-resource-response-";
 
+/// The regions whose response bucket is answered, as the bucket names them (no dashes): every
+/// region of the commercial partition, AWS GovCloud (US) and China, whose S3 hosts are
+/// `amazonaws.com` and `amazonaws.com.cn` (docs/decisions/0051, with its sources). A bucket
+/// of any other name, `-<anything>` included, is not CloudFormation's: a region AWS opens later
+/// is added here, a deploy there failing until it is.
+const RESPONSE_BUCKET_REGIONS: &[&str] = &[
+    "afsouth1",
+    "apeast1",
+    "apeast2",
+    "apnortheast1",
+    "apnortheast2",
+    "apnortheast3",
+    "apsouth1",
+    "apsouth2",
+    "apsoutheast1",
+    "apsoutheast2",
+    "apsoutheast3",
+    "apsoutheast4",
+    "apsoutheast5",
+    "apsoutheast6",
+    "apsoutheast7",
+    "cacentral1",
+    "cawest1",
+    "eucentral1",
+    "eucentral2",
+    "eunorth1",
+    "eusouth1",
+    "eusouth2",
+    "euwest1",
+    "euwest2",
+    "euwest3",
+    "ilcentral1",
+    "mecentral1",
+    "mesouth1",
+    "mxcentral1",
+    "saeast1",
+    "useast1",
+    "useast2",
+    "uswest1",
+    "uswest2",
+    // AWS GovCloud (US).
+    "usgoveast1",
+    "usgovwest1",
+    // China.
+    "cnnorth1",
+    "cnnorthwest1",
+];
+
 /// Whether a custom-resource answer may go to `url`: a URL into CloudFormation's own response
 /// bucket, nothing else. Accepted exactly: `https`, no port, an S3 host of AWS
 /// (`s3.amazonaws.com`, `s3.<region>.amazonaws.com`, `s3-<region>.amazonaws.com`, or the
 /// `.amazonaws.com.cn` partition's), and the bucket, named in the host (`<bucket>.<s3 host>`) or
 /// as the path's first segment (`<s3 host>/<bucket>/…`), `cloudformation-custom-resource-response-`
-/// followed by a region's letters and digits. A bucket of anyone else's, which a forged request
+/// followed by a region of `RESPONSE_BUCKET_REGIONS`. A bucket of anyone else's, which a forged request
 /// would name to read the answer, is refused, as is every other host. With `loopback` (tests),
 /// `http` or `https` to 127.0.0.1, `[::1]` or `localhost` too.
 pub fn response_url_allowed(url: &str, loopback: bool) -> Result<(), &'static str> {
@@ -167,12 +215,11 @@ pub fn response_url_allowed(url: &str, loopback: bool) -> Result<(), &'static st
     let region = bucket
         .strip_prefix(RESPONSE_BUCKET_PREFIX)
         .ok_or("the ResponseURL's bucket is not CloudFormation's response bucket")?;
-    if region.is_empty()
-        || !region
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    {
-        return Err("the ResponseURL's bucket is not CloudFormation's response bucket");
+    if !RESPONSE_BUCKET_REGIONS.contains(&region) {
+        return Err(
+            "the ResponseURL's bucket is not CloudFormation's response bucket of a region this \
+             function knows",
+        );
     }
     Ok(())
 }
@@ -401,5 +448,31 @@ mod tests {
         );
         assert!(response_url_allowed("ftp://127.0.0.1/x", true).is_err());
         assert!(response_url_allowed("http://10.0.0.1/x", true).is_err());
+    }
+
+    /// The bucket's region is one AWS has, in every partition whose S3 host is accepted: a
+    /// region of each answered, a made-up one (or a real one spelt with its dashes) refused.
+    #[test]
+    fn the_response_bucket_names_a_real_region() {
+        let url = |region: &str| {
+            format!("https://cloudformation-custom-resource-response-{region}.s3.amazonaws.com/x")
+        };
+        for region in [
+            "useast1",
+            "apsoutheast5",
+            "mxcentral1",
+            "usgovwest1",
+            "cnnorthwest1",
+        ] {
+            assert_eq!(
+                response_url_allowed(&url(region), false),
+                Ok(()),
+                "{region}"
+            );
+        }
+        for region in ["uswest9", "marsnorth1", "attacker1", "us-east-1", "useast"] {
+            let refused = response_url_allowed(&url(region), false).expect_err(region);
+            assert!(refused.contains("response bucket"), "{region}: {refused}");
+        }
     }
 }
