@@ -1277,6 +1277,181 @@ async fn the_first_login_lets_the_migrate_user_apply_every_migration_without_bei
     assert_eq!(state().await, first, "a second deploy changes nothing");
 }
 
+/// The first login refuses a function's login that names an existing privileged role, before
+/// anything is made, naming the variable, the login and what it holds: `SUPERUSER`,
+/// `CREATEROLE`, `CREATEDB`, `BYPASSRLS`, `REPLICATION`, a member of `rds_superuser` (as RDS's
+/// master is), directly or through a group, or of `pg_read_all_data`; as a handler's, a job's or
+/// the migrate user's login. An ordinary existing role is kept and granted the IAM role. A run
+/// with `DB_CREATE_LOGINS` and no first login refuses such a role too.
+#[tokio::test]
+async fn the_first_login_refuses_a_login_that_names_a_privileged_role() {
+    use claimonce_migrate::{HandlerUser, RoleName};
+    let (server, superuser) = rds_like(claimonce_local::postgres::Options::default()).await;
+    let admin = superuser("postgres").connect().await.expect("connect");
+    admin
+        .batch_execute(
+            "CREATE ROLE is_super LOGIN SUPERUSER; CREATE ROLE makes_roles LOGIN CREATEROLE; \
+             CREATE ROLE makes_dbs LOGIN CREATEDB; CREATE ROLE skips_rls LOGIN BYPASSRLS; \
+             CREATE ROLE replicates LOGIN REPLICATION; \
+             CREATE ROLE administers LOGIN IN ROLE rds_superuser; \
+             CREATE ROLE admins NOLOGIN IN ROLE rds_superuser; \
+             CREATE ROLE through_group LOGIN IN ROLE admins; \
+             CREATE ROLE reads_all LOGIN IN ROLE pg_read_all_data; \
+             CREATE ROLE ordinary LOGIN",
+        )
+        .await
+        .expect("the roles");
+    let master = || {
+        Settings::from_url(
+            &format!(
+                "postgres://claimonce_admin:master-pw@127.0.0.1:{}/claimonce?sslmode=disable",
+                server.port
+            ),
+            None,
+            test_timeouts(),
+        )
+        .expect("settings")
+    };
+    let with = |handler: &str, job: &str| {
+        let mut options = first_login_options();
+        options.handler_users = vec![HandlerUser::parse(handler).expect("user")];
+        options.job_users = vec![HandlerUser::parse(job).expect("user")];
+        options
+    };
+    let granted = || async {
+        admin
+            .query_one(
+                "SELECT (SELECT count(*) FROM pg_roles WHERE rolname = 'claimonce_migrate'), \
+                 (SELECT array_agg(u.rolname::text ORDER BY u.rolname) FROM pg_auth_members m \
+                  JOIN pg_roles u ON u.oid = m.member \
+                  WHERE m.roleid = 'rds_iam'::regrole AND u.rolname <> 'rds_superuser')",
+                &[],
+            )
+            .await
+            .map(|row| (row.get::<_, i64>(0), row.get::<_, Option<Vec<String>>>(1)))
+            .expect("the grants")
+    };
+    let cfn = Recorder::ok().await;
+    let job = "retention_sweep:claimonce_sweeper";
+    for (handler, job, migrate_user, expected) in [
+        (
+            "administers",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "administers", "member of rds_superuser"],
+        ),
+        (
+            "makes_roles",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "makes_roles", "CREATEROLE"],
+        ),
+        (
+            "makes_dbs",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "makes_dbs", "CREATEDB"],
+        ),
+        (
+            "skips_rls",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "skips_rls", "BYPASSRLS"],
+        ),
+        (
+            "replicates",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "replicates", "REPLICATION"],
+        ),
+        (
+            "through_group",
+            job,
+            None,
+            [
+                "DB_HANDLER_USERS",
+                "through_group",
+                "member of rds_superuser",
+            ],
+        ),
+        (
+            "reads_all",
+            job,
+            None,
+            [
+                "DB_HANDLER_USERS",
+                "reads_all",
+                "member of pg_read_all_data",
+            ],
+        ),
+        (
+            "is_super",
+            job,
+            None,
+            ["DB_HANDLER_USERS", "is_super", "SUPERUSER"],
+        ),
+        (
+            "stripe_webhook",
+            "skips_rls",
+            None,
+            ["DB_JOB_USERS", "skips_rls", "BYPASSRLS"],
+        ),
+        (
+            "stripe_webhook",
+            job,
+            Some("is_super"),
+            ["DB_USER", "is_super", "SUPERUSER"],
+        ),
+    ] {
+        let handler = format!("{handler}:claimonce_stripe");
+        let mut migrate = first_login_migrator(server.port, master(), with(&handler, job));
+        if let Some(user) = migrate_user {
+            migrate =
+                migrate.with_bootstrap(Ok(Some(claimonce_migrate::bootstrap::Bootstrap::new(
+                    master(),
+                    RoleName::parse(user).expect("role"),
+                ))));
+        }
+        let body = answer(&migrate, "Create", &cfn).await;
+        assert_failed(&body, &expected);
+        assert!(!body.to_string().contains("master-pw"), "{body}");
+        assert_eq!(granted().await, (0, None), "nothing made for {expected:?}");
+    }
+
+    let migrate = first_login_migrator(
+        server.port,
+        master(),
+        with("ordinary:claimonce_stripe", job),
+    );
+    let body = answer(&migrate, "Create", &cfn).await;
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(
+        granted().await,
+        (
+            1,
+            Some(vec![
+                "claimonce_migrate".to_owned(),
+                "ordinary".into(),
+                "retention_sweep".into()
+            ])
+        ),
+        "an ordinary role made by hand is kept and granted"
+    );
+
+    // With the logins made by the migrate user itself (DB_CREATE_LOGINS, no first login).
+    let migrate = first_login_migrator(
+        server.port,
+        master(),
+        with("administers:claimonce_stripe", job),
+    )
+    .with_bootstrap(Ok(None));
+    let body = answer(&migrate, "Update", &cfn).await;
+    assert_failed(
+        &body,
+        &["DB_HANDLER_USERS", "administers", "member of rds_superuser"],
+    );
+}
+
 /// The master's first login to the TLS test server: its password from the Secrets Manager
 /// stand-in `secret`, the server's certificate verified against `ca`.
 async fn master(

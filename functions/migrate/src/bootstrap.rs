@@ -6,6 +6,10 @@
 //! so no login depends on a secret-backed user behind an `IAM_AUTH` proxy
 //! (decision 0043).
 //!
+//! A login that names the master, or an existing privileged role (`SUPERUSER`, `CREATEROLE`
+//! but for the migrate user, `CREATEDB`, `BYPASSRLS`, `REPLICATION`, a member of
+//! `rds_superuser`: docs/decisions/0051), is refused before anything is made.
+//!
 //! What the master does, all idempotent (a second run finds everything and changes nothing):
 //! - creates the migrate user (`DB_USER`) when missing, `LOGIN CREATEROLE`, no password, and
 //!   grants it the IAM role (`DB_CREATE_LOGINS`, `rds_iam`);
@@ -104,6 +108,7 @@ impl Bootstrap {
                  as a user of their own"
             ));
         }
+        crate::logins::refuse_privileged_logins(&client, options, Some(&self.migrate_user)).await?;
         let migrate = self.migrate_user.quoted();
         let mut sql = format!(
             "{create}; GRANT {granted} TO {migrate}; GRANT {migrate} TO CURRENT_USER; \

@@ -214,15 +214,111 @@ pub(crate) async fn configure_handlers(
     Ok(())
 }
 
+/// The roles whose members may do what no function's login may: RDS's administrators and
+/// logical replication (which streams every table's changes), and PostgreSQL's predefined
+/// roles that read or write every table or the server's own files and programs
+/// (docs/decisions/0051).
+const PRIVILEGED_ROLES: [&str; 7] = [
+    "rds_superuser",
+    "rds_replication",
+    "pg_read_all_data",
+    "pg_write_all_data",
+    "pg_read_server_files",
+    "pg_write_server_files",
+    "pg_execute_server_program",
+];
+
+/// What makes an existing role too powerful to be a function's login: `SUPERUSER`,
+/// `CREATEROLE` (unless `$2`: the migrate user's own), `CREATEDB`, `BYPASSRLS`, `REPLICATION`,
+/// or membership, however indirect, in one of `$3` ([`PRIVILEGED_ROLES`]). No row for a role
+/// that does not exist.
+const PRIVILEGES: &str = "SELECT array_remove(ARRAY[\
+     CASE WHEN r.rolsuper THEN 'SUPERUSER' END, \
+     CASE WHEN r.rolcreaterole AND NOT $2 THEN 'CREATEROLE' END, \
+     CASE WHEN r.rolcreatedb THEN 'CREATEDB' END, \
+     CASE WHEN r.rolbypassrls THEN 'BYPASSRLS' END, \
+     CASE WHEN r.rolreplication THEN 'REPLICATION' END], NULL) \
+     || ARRAY(SELECT 'member of ' || g.rolname::text FROM pg_roles g \
+        WHERE NOT r.rolsuper AND g.rolname = ANY($3) AND pg_has_role(r.oid, g.oid, 'MEMBER') \
+        ORDER BY g.rolname) \
+     FROM pg_roles r WHERE r.rolname = $1";
+
+/// Refuses, before anything is made or granted, a function's login that names an existing
+/// privileged role ([`PRIVILEGES`]): the handler and job users, and `migrate_user` (which may
+/// hold `CREATEROLE`, as it is made with). Granted the IAM role, such a role would log in from
+/// a function with powers no function needs. The error names the variable, the login and
+/// what it holds; a role name is not a secret.
+pub(crate) async fn refuse_privileged_logins(
+    client: &Client,
+    options: &Options,
+    migrate_user: Option<&RoleName>,
+) -> Result<(), String> {
+    let logins = migrate_user
+        .map(|u| ("DB_USER", u, true))
+        .into_iter()
+        .chain(
+            options
+                .handler_users
+                .iter()
+                .map(|h| ("DB_HANDLER_USERS", &h.user, false)),
+        )
+        .chain(
+            options
+                .job_users
+                .iter()
+                .map(|h| ("DB_JOB_USERS", &h.user, false)),
+        );
+    let privileged: Vec<String> = PRIVILEGED_ROLES.iter().map(|r| (*r).to_owned()).collect();
+    for (variable, login, creates_roles) in logins {
+        let rows = client
+            .query_typed(
+                PRIVILEGES,
+                &[
+                    (&login.0, Type::TEXT),
+                    (&creates_roles, Type::BOOL),
+                    (&privileged, Type::TEXT_ARRAY),
+                ],
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "{variable}: looking up role {login}'s privileges: {}",
+                    database_error(&e)
+                )
+            })?;
+        let held: Vec<String> = match rows.first() {
+            Some(row) => row.try_get(0).map_err(|e| {
+                format!(
+                    "{variable}: reading role {login}'s privileges: {}",
+                    database_error(&e)
+                )
+            })?,
+            None => Vec::new(),
+        };
+        if !held.is_empty() {
+            return Err(format!(
+                "{variable}: {login} is an existing role with {}: a function logs in as a role \
+                 of its own with none of SUPERUSER, CREATEROLE, CREATEDB, BYPASSRLS, REPLICATION \
+                 or membership in {}; name another login, or take these from it",
+                held.join(", "),
+                PRIVILEGED_ROLES.join(", "),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Creates each handler and job user that does not exist yet, as a login with no password,
 /// and grants every one of them `granted` (`rds_iam`: the user logs in with IAM tokens only).
 /// Idempotent: an existing user is left as it is but for the grant, which changes nothing when
-/// held.
+/// held. An existing privileged role is refused before anything is made
+/// ([`refuse_privileged_logins`]).
 async fn create_logins(
     client: &Client,
     options: &Options,
     granted: &RoleName,
 ) -> Result<(), String> {
+    refuse_privileged_logins(client, options, None).await?;
     let users = options.handler_users.iter().chain(&options.job_users);
     for HandlerUser { user, .. } in users {
         // One statement: the DO block creates the user only when missing, so two runs at once
