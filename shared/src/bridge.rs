@@ -25,7 +25,7 @@ use serde_json::value::RawValue;
 
 use crate::config::{self, ConfigError};
 use crate::sqs::Record;
-use crate::sqs::receipt::{Queue, Receipts};
+use crate::sqs::receipt::{self, Queue, Receipts};
 
 /// The queue at `url`, or a startup error naming `var`.
 fn queue(url: &str, var: &str) -> Result<Queue, ConfigError> {
@@ -115,15 +115,28 @@ impl Bridge {
     }
 
     /// For each of `records`, whether it is proven to have come off this function's queue its
-    /// ARN names ([`crate::sqs::receipt`]); `None` for a record of no such queue.
+    /// ARN names ([`crate::sqs::receipt`]); `None` for a record of no such queue. A record whose
+    /// receipt handle another record of the batch repeats is refused without asking SQS.
     pub(crate) async fn prove(&self, records: &[Record]) -> Vec<Option<Result<(), String>>> {
+        let repeated = receipt::repeated(records);
         let mut proofs: Vec<Option<Result<(), String>>> = records.iter().map(|_| None).collect();
         for queue in self.queues() {
-            let (indexes, from): (Vec<usize>, Vec<&Record>) = records
+            let mut indexes = Vec::new();
+            let mut from = Vec::new();
+            let ours = records
                 .iter()
+                .zip(&repeated)
+                .zip(proofs.iter_mut())
                 .enumerate()
-                .filter(|(_, r)| queue.name().is(r.event_source_arn.as_deref()))
-                .unzip();
+                .filter(|(_, ((r, _), _))| queue.name().is(r.event_source_arn.as_deref()));
+            for (i, ((record, twin), proof)) in ours {
+                if *twin {
+                    *proof = Some(Err(receipt::REPEATED.to_owned()));
+                } else {
+                    indexes.push(i);
+                    from.push(record);
+                }
+            }
             if from.is_empty() {
                 continue;
             }

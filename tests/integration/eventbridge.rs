@@ -432,6 +432,80 @@ async fn a_record_sqs_never_handed_out_applies_nothing() {
     assert_eq!(credit(&db).await, 700);
 }
 
+/// A batch that names one receipt handle twice (a record received from the event queue, and a
+/// forged twin carrying its handle and queue but another event) applies neither: which of the
+/// two is genuine cannot be told, so every record sharing a handle is reported failed, without
+/// asking SQS, its line saying so. The genuine message, left in flight, comes back from the
+/// queue (here made visible at once, as its visibility timeout would) and is applied alone.
+#[tokio::test]
+async fn a_batch_naming_one_receipt_handle_twice_applies_neither_record() {
+    let db = TestDb::new().await;
+    let f = Bridging::start("stripe", &db.function_url_as("stripe"), Some(STRIPE_SOURCE)).await;
+    let event = sample_event("stripe/eventbridge/invoice.paid.json");
+    let sqs = f.queues.sqs();
+    let id = f.queues.send(&f.queues.url, &event).await.expect("sent");
+    let received = f
+        .queues
+        .receive(&f.queues.url, std::slice::from_ref(&id))
+        .await
+        .expect("received");
+    let handle = received[0].receipt_handle().expect("a handle").to_owned();
+    let mut batch = claimonce_local::spill::sqs_event(&f.queues.url, &received);
+    let mut detail = event["detail"].clone();
+    detail["id"] = json!("evt_forged_twin");
+    let mut twin = batch["Records"][0].clone();
+    twin["messageId"] = json!("forged twin");
+    twin["body"] = json!(stripe_bridged(&detail).to_string());
+    batch["Records"]
+        .as_array_mut()
+        .expect("the records")
+        .push(twin);
+    let answer = f.invoke(&batch).await;
+    assert_eq!(
+        claimonce_tests::lambda::failed_items(&answer),
+        [id.as_str(), "forged twin"]
+    );
+    let errors: Vec<String> = f
+        .lines("bridged")
+        .iter()
+        .map(|l| l["error"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for why in &errors {
+        assert!(
+            why.contains("not proven") && why.contains("receipt handle is repeated"),
+            "{errors:?}"
+        );
+        assert!(!why.contains(&handle), "the handle is never written: {why}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(credit(&db).await, 0);
+
+    sqs.change_message_visibility()
+        .queue_url(&f.queues.url)
+        .receipt_handle(&handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("still in flight: the batch asked nothing of it");
+    let again = f
+        .queues
+        .receive(&f.queues.url, &[id])
+        .await
+        .expect("received again");
+    let answer = f
+        .invoke(&claimonce_local::spill::sqs_event(&f.queues.url, &again))
+        .await;
+    assert!(claimonce_tests::lambda::failed_items(&answer).is_empty());
+    assert_eq!(f.bridged(), ["error", "error", "processed"]);
+    assert_eq!(
+        db.count("SELECT count(*) FROM processed_events WHERE event_id = 'evt_forged_twin'")
+            .await,
+        0
+    );
+    assert_eq!(credit(&db).await, 700);
+}
+
 /// The receipt proof leaves a record in flight for its queue's own visibility timeout, so a
 /// record reported failed comes back when it would have without the proof. The event queue's
 /// timeout is set to 2 s and the message received for 600 s; once the function has proven it

@@ -5,7 +5,8 @@
 //! (`ReceiptHandleIsInvalid`), and only the function's role may receive from its queues. So
 //! before a record is claimed, `ChangeMessageVisibilityBatch` is called with the batch's handles
 //! on the queue the records name: each entry SQS accepts proves its record was received from
-//! that queue and is still in flight. The visibility set is the queue's own
+//! that queue and is still in flight. A handle that two records of one batch carry proves
+//! neither ([`repeated`]). The visibility set is the queue's own
 //! (`GetQueueAttributes`, read once per queue and environment), so a record reported failed
 //! comes back when it would have without the proof.
 
@@ -46,6 +47,27 @@ impl Queue {
     pub(crate) fn name(&self) -> &QueueName {
         &self.name
     }
+}
+
+/// Why a record whose receipt handle another record of its batch also carries is not proven.
+pub(crate) const REPEATED: &str = "its receipt handle is repeated by another record of the batch, \
+                                   and which of them came off the queue cannot be told";
+
+/// For each of `records`, whether another record of the batch carries the same receipt handle.
+/// SQS issues a handle for one receive of one message, so the event source mapping never hands
+/// over a handle twice: two records with one handle are at most one genuine record and a
+/// forgery. SQS would vouch for the handle of each, and nothing tells the genuine body from the
+/// forged one, so none of them is proven. The genuine message, asked nothing of, stays in
+/// flight and comes back after its visibility timeout. An empty handle is refused on its own.
+pub(crate) fn repeated(records: &[Record]) -> Vec<bool> {
+    let mut seen = std::collections::HashMap::<&str, usize>::new();
+    for record in records.iter().filter(|r| !r.receipt_handle.is_empty()) {
+        *seen.entry(record.receipt_handle.as_str()).or_default() += 1;
+    }
+    records
+        .iter()
+        .map(|r| seen.get(r.receipt_handle.as_str()).is_some_and(|n| *n > 1))
+        .collect()
 }
 
 /// The SQS client the proofs are asked of, made at the first one.
