@@ -341,3 +341,104 @@ async fn db_max_connections_bounds_the_connections_eight_deliveries_share() {
         i64::try_from(AT_ONCE).expect("n")
     );
 }
+
+/// The pid of a client backend of this database waiting on a lock other than `not`, once one
+/// is: a delivery held at the claim the test holds.
+async fn waiting_pid(db: &TestDb, not: Option<i32>) -> i32 {
+    let admin = db.client().await;
+    for _ in 0..600 {
+        let waiting = admin
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND backend_type = 'client backend'",
+                &[],
+            )
+            .await
+            .expect("activity");
+        if let Some(pid) = waiting
+            .iter()
+            .map(|row| row.get::<_, i32>(0))
+            .find(|pid| Some(*pid) != not)
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no delivery waited at its claim");
+}
+
+/// Two deliveries in flight together in one environment, one of which reconnects: its
+/// connection is ended while it waits at its claim (which the test holds; the claim's own
+/// lock timeout raised so that only the test ends the wait), and its retry runs on a new
+/// connection and waits again. The other, on the environment's other open connection, is
+/// answered meanwhile and reports no reconnect; only the delivery that made it does, with
+/// `Reconnects` 1. The environment's connections made first (two deliveries held together
+/// before) are no reconnect either.
+#[tokio::test]
+async fn only_the_delivery_that_reconnected_reports_its_reconnect() {
+    let db = TestDb::new().await;
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER FUNCTION claimonce_claim_v1(text, text, text, bytea) SET lock_timeout = '60s'",
+        )
+        .await
+        .expect("only the test ends a wait at a claim");
+    let f = environment(
+        &db.function_url_as("stripe"),
+        &[("DB_DELIVERY_TIMEOUT_MS", "20000")],
+    )
+    .await;
+    let warm = vec![invoice("evt_opens_1"), invoice("evt_opens_2")];
+    let answers = held_at_their_claims(&db, &f, warm, 2, async {}).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| payload_outcome(a) == (200, "processed".to_owned())),
+        "{answers:?}"
+    );
+
+    let mut claims = db.client().await;
+    let held = claims.transaction().await.expect("begin");
+    held.batch_execute(
+        "SELECT claimonce_claim_v1('stripe', 'evt_reconnects', 'invoice.paid', NULL)",
+    )
+    .await
+    .expect("hold its claim");
+    let reconnecting = {
+        let f = Arc::clone(&f);
+        tokio::spawn(async move {
+            f.run_within(&invoice("evt_reconnects"), Duration::from_secs(30))
+                .await
+        })
+    };
+    let first = waiting_pid(&db, None).await;
+    db.client()
+        .await
+        .execute("SELECT pg_terminate_backend($1)", &[&first])
+        .await
+        .expect("its connection ended, as a failover or an administrator would");
+    waiting_pid(&db, Some(first)).await;
+    let other = f
+        .run_within(&invoice("evt_beside"), Duration::from_secs(30))
+        .await
+        .expect("the other delivery's answer");
+    assert_eq!(payload_outcome(&other), (200, "processed".into()));
+    held.rollback().await.expect("release its claim");
+    let reconnected = reconnecting
+        .await
+        .expect("joined")
+        .expect("the reconnecting delivery's answer");
+    assert_eq!(payload_outcome(&reconnected), (200, "processed".into()));
+    let said: Vec<(String, f64)> = f
+        .lines("reconnected")
+        .iter()
+        .map(|l| {
+            (
+                l["event_id"].as_str().unwrap_or_default().to_owned(),
+                l["Reconnects"].as_f64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(said, [("evt_reconnects".to_owned(), 1.0)]);
+}

@@ -258,6 +258,16 @@ pub struct StatementBound {
 const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM pg_settings \
                                WHERE name = 'statement_timeout'";
 
+/// One connection slot of an environment: its connection while it is open and idle, and
+/// whether one was ever made in it. A connection made where one was made before replaces a
+/// connection found closed, lost or discarded: a reconnect. A slot's first is not one (the
+/// environment's connections growing to the deliveries in flight, on Managed Instances).
+#[derive(Debug, Default)]
+struct Slot {
+    connection: Option<Connection>,
+    made: bool,
+}
+
 /// A slot held by one delivery: its connection between attempts, given back (or `None`, when
 /// it was discarded) when the delivery ends, however it ends. While an attempt runs, the
 /// attempt owns the connection and puts it back here only when it ended clean (no transaction
@@ -265,7 +275,7 @@ const STATEMENT_BOUND: &str = "SELECT setting::bigint, session_user::text FROM p
 /// closes the socket, and the server rolls back whatever it left open.
 struct Held<'d> {
     database: &'d Database,
-    connection: Option<Connection>,
+    slot: Slot,
     _permit: tokio::sync::SemaphorePermit<'d>,
 }
 
@@ -275,8 +285,18 @@ impl Drop for Held<'_> {
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(self.connection.take());
+            .push(std::mem::take(&mut self.slot));
     }
+}
+
+/// What one delivery's work came to, and how many connections the delivery made to replace
+/// ones it found closed or lost: its own, not another delivery's in flight beside it.
+#[derive(Debug)]
+pub(crate) struct Ran<T> {
+    /// The work's answer, or why it failed.
+    pub(crate) outcome: Result<T, DeliveryError>,
+    /// Reconnects this delivery made ([`Slot`]).
+    pub(crate) reconnects: u64,
 }
 
 /// One execution environment's connections: the first made at cold start, each reused by one
@@ -287,13 +307,10 @@ impl Drop for Held<'_> {
 #[derive(Debug)]
 pub struct Database {
     settings: Settings,
-    /// The connections not in use (`None`: a slot whose connection is yet to be made).
-    idle: std::sync::Mutex<Vec<Option<Connection>>>,
+    /// The slots not in use (a slot with no connection: one yet to be made).
+    idle: std::sync::Mutex<Vec<Slot>>,
     /// One permit per slot: a delivery waits for one within its deadline.
     slots: tokio::sync::Semaphore,
-    /// Connections made by deliveries (the one made at cold start is not counted): each one
-    /// replaced a connection found closed or lost.
-    reconnects: std::sync::atomic::AtomicU64,
 }
 
 impl Database {
@@ -301,9 +318,8 @@ impl Database {
     pub fn new(settings: Settings) -> Self {
         Self {
             settings,
-            idle: std::sync::Mutex::new(vec![None]),
+            idle: std::sync::Mutex::new(vec![Slot::default()]),
             slots: tokio::sync::Semaphore::new(1),
-            reconnects: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -312,7 +328,7 @@ impl Database {
     pub fn with_connections(self, connections: usize) -> Self {
         let size = connections.max(1);
         Self {
-            idle: std::sync::Mutex::new((0..size).map(|_| None).collect()),
+            idle: std::sync::Mutex::new((0..size).map(|_| Slot::default()).collect()),
             slots: tokio::sync::Semaphore::new(size),
             ..self
         }
@@ -329,15 +345,17 @@ impl Database {
         // An open connection first, so that slots are re-made only when none is.
         let open = idle
             .iter()
-            .position(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
+            .position(|s| s.connection.as_ref().is_some_and(|c| !c.is_closed()))
             .unwrap_or(0);
         // None left (a delivery's future dropped with its slot): a slot to be made.
-        let connection = (open < idle.len())
-            .then(|| idle.swap_remove(open))
-            .flatten();
+        let slot = if open < idle.len() {
+            idle.swap_remove(open)
+        } else {
+            Slot::default()
+        };
         Some(Held {
             database: self,
-            connection,
+            slot,
             _permit: permit,
         })
     }
@@ -345,13 +363,6 @@ impl Database {
     /// The bounds on its waits.
     pub fn timeouts(&self) -> &Timeouts {
         self.settings.timeouts()
-    }
-
-    /// Connections deliveries made since the last call, and starts counting again: what the
-    /// delivery just finished reports as its `Reconnects` metric.
-    pub fn take_reconnects(&self) -> u64 {
-        self.reconnects
-            .swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connects now (at cold start), so the first delivery does not pay for it, and reads the
@@ -362,10 +373,16 @@ impl Database {
         let Some(mut held) = self.acquire(far).await else {
             return Ok(None);
         };
-        if held.connection.as_ref().is_some_and(|c| !c.is_closed()) {
+        if held
+            .slot
+            .connection
+            .as_ref()
+            .is_some_and(|c| !c.is_closed())
+        {
             return Ok(None);
         }
         let connection = self.settings.open().await?;
+        held.slot.made = true;
         let read = tokio::time::timeout(
             self.settings.timeouts().delivery,
             connection.query_typed(STATEMENT_BOUND, &[]),
@@ -373,7 +390,7 @@ impl Database {
         .await;
         // Kept only when its statement was answered: one left in flight is not clean.
         if matches!(read, Ok(Ok(_))) {
-            held.connection = Some(connection);
+            held.slot.connection = Some(connection);
         }
         let bound = match read {
             Ok(Ok(rows)) => rows.first().and_then(|row| {
@@ -400,17 +417,35 @@ impl Database {
     /// connection closed; so is a connection the work reports it may have left in a
     /// transaction ([`Attempted::reusable`]).
     pub(crate) async fn run<W: Work>(&self, work: &W) -> Result<W::Output, DeliveryError> {
+        self.run_counted(work).await.outcome
+    }
+
+    /// [`Database::run`], with the reconnects the delivery made ([`Ran`]).
+    pub(crate) async fn run_counted<W: Work>(&self, work: &W) -> Ran<W::Output> {
+        let reconnects = std::sync::atomic::AtomicU64::new(0);
+        let outcome = self.run_once(work, &reconnects).await;
+        Ran {
+            outcome,
+            reconnects: reconnects.into_inner(),
+        }
+    }
+
+    async fn run_once<W: Work>(
+        &self,
+        work: &W,
+        reconnects: &std::sync::atomic::AtomicU64,
+    ) -> Result<W::Output, DeliveryError> {
         let deadline = tokio::time::Instant::now() + self.settings.timeouts().delivery;
         // A free slot, within the delivery's own deadline: with more deliveries in flight
         // than slots, one waits for another to finish. It goes back when this ends, however.
         let Some(mut held) = self.acquire(deadline).await else {
             return Err(DeliveryError::TimedOut);
         };
-        let slot = &mut held.connection;
+        let slot = &mut held.slot;
         // The cancel key of the connection a statement is in flight on, while it is.
         let in_flight = std::sync::Mutex::new(None);
         let answered = {
-            let attempts = self.attempts(slot, work, deadline, &in_flight);
+            let attempts = self.attempts(slot, work, deadline, &in_flight, reconnects);
             tokio::pin!(attempts);
             let token = match tokio::time::timeout_at(deadline, attempts.as_mut()).await {
                 Ok(outcome) => return outcome,
@@ -434,7 +469,7 @@ impl Database {
         };
         // Whatever the connection was doing, it is not trusted again: dropping it aborts its
         // task, so nothing queued on it can reach the server afterwards.
-        slot.take();
+        slot.connection.take();
         match answered {
             Some(Ok(finished)) => Ok(finished),
             _ => Err(DeliveryError::TimedOut),
@@ -443,31 +478,33 @@ impl Database {
 
     async fn attempts<W: Work>(
         &self,
-        slot: &mut Option<Connection>,
+        slot: &mut Slot,
         work: &W,
         deadline: tokio::time::Instant,
         in_flight: &std::sync::Mutex<Option<Arc<tokio_postgres::CancelToken>>>,
+        reconnects: &std::sync::atomic::AtomicU64,
     ) -> Result<W::Output, DeliveryError> {
         let mut retried = false;
         loop {
             if tokio::time::Instant::now() >= deadline {
                 return Err(DeliveryError::TimedOut);
             }
-            let connection = match slot.take().filter(|c| !c.is_closed()) {
+            let connection = match slot.connection.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
                 None => {
                     let opened = crate::rare(self.settings.open())
                         .await
                         .map_err(DeliveryError::Connect)?;
-                    // Counted once made: a connect that failed is the delivery's error, not
-                    // a reconnect.
-                    self.reconnects
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Counted once made, and only where one was made before: a connect that
+                    // failed is the delivery's error, and a slot's first is no reconnect.
+                    if std::mem::replace(&mut slot.made, true) {
+                        reconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     opened
                 }
             };
             if tokio::time::Instant::now() >= deadline {
-                *slot = Some(connection);
+                slot.connection = Some(connection);
                 return Err(DeliveryError::TimedOut);
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
@@ -479,12 +516,12 @@ impl Database {
             // One that may still hold this delivery's transaction open is never reused:
             // dropped here, it closes its socket, and the server rolls the transaction back.
             if reusable {
-                *slot = Some(connection);
+                slot.connection = Some(connection);
             }
             match outcome {
                 Ok(finished) => return Ok(finished),
                 Err(DeliveryError::Failed(error)) if connection_lost(&error) => {
-                    *slot = None;
+                    slot.connection = None;
                     if retried {
                         return Err(DeliveryError::Failed(error));
                     }

@@ -81,10 +81,10 @@ impl<P: Provider> Receiver<P> {
         unbounded
     }
 
-    /// Logs the reconnects the last delivery made, with the `Reconnects` metric: a proxy that
-    /// drops idle connections, a failover, or a database that went away shows here.
-    pub(super) fn report_reconnects(&self, event_id: &EventId) {
-        let reconnects = self.database.take_reconnects();
+    /// Logs the `reconnects` the delivery of `event_id` made, with the `Reconnects` metric: a
+    /// proxy that drops idle connections, a failover, or a database that went away shows here.
+    /// The count is that delivery's own, never another's in flight beside it.
+    pub(super) fn report_reconnects(&self, event_id: &EventId, reconnects: u64) {
         if reconnects == 0 {
             return;
         }

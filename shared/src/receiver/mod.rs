@@ -168,15 +168,15 @@ impl<P: Provider> Receiver<P> {
             payload_sha256,
         };
         let provider = self.provider();
-        let outcome = self
+        let ran = self
             .database
-            .run(&crate::claim::Settle {
+            .run_counted(&crate::claim::Settle {
                 claim: &claim,
                 plan: provider.plan(parsed),
             })
             .await;
-        self.report_reconnects(&parsed.event_id);
-        match outcome? {
+        self.report_reconnects(&parsed.event_id, ran.reconnects);
+        match ran.outcome? {
             Finished::Processed => Ok(Disposition::Processed),
             Finished::Ignored => Ok(Disposition::Ignored),
             Finished::Duplicate { stored_sha256 } => {
