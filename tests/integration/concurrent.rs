@@ -442,3 +442,44 @@ async fn only_the_delivery_that_reconnected_reports_its_reconnect() {
         .collect();
     assert_eq!(said, [("evt_reconnects".to_owned(), 1.0)]);
 }
+
+/// A line the connection's own task writes (a PostgreSQL warning, raised here by a trigger on
+/// the ledger as each delivery claims) names the invocation whose delivery was using the
+/// connection, with its trace header and `cold_start`, as that delivery's own line does:
+/// three deliveries in flight together in one environment.
+#[tokio::test]
+async fn a_postgres_warning_names_the_invocation_whose_delivery_raised_it() {
+    let db = TestDb::new().await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION claimonce_test_warns() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE WARNING 'raised for %', NEW.event_id; RETURN NEW; END $$; \
+             CREATE TRIGGER claimonce_test_warns AFTER INSERT ON processed_events \
+             FOR EACH ROW EXECUTE FUNCTION claimonce_test_warns()",
+        )
+        .await
+        .expect("a ledger that warns");
+    let f = environment(&db.function_url_as("stripe"), &[]).await;
+    let ids = ["evt_warns_1", "evt_warns_2", "evt_warns_3"];
+    let events = ids.iter().map(|id| invoice(id)).collect();
+    let answers = held_at_their_claims(&db, &f, events, ids.len(), async {}).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| payload_outcome(a) == (200, "processed".to_owned())),
+        "{answers:?}"
+    );
+    let deliveries = f.lines("delivery");
+    for id in ids {
+        let delivery = deliveries
+            .iter()
+            .find(|l| l["event_id"] == id)
+            .expect("its delivery line");
+        let warned = f.lines(&format!("WARNING 01000: raised for {id}"));
+        assert_eq!(warned.len(), 1, "{id}: {warned:?}");
+        for key in ["function_request_id", "xray_trace_id", "cold_start"] {
+            assert_eq!(warned[0][key], delivery[key], "{id}'s {key}: {}", warned[0]);
+        }
+    }
+}

@@ -43,21 +43,22 @@ impl Settings {
     async fn connect_once(&self) -> Result<Connection, ConnectError> {
         let connecting = async {
             let config = self.connection_config().await?;
+            let serving = crate::log::Serving::default();
             let (client, task) = match self.tls() {
                 Some(tls) => {
                     let (client, connection) = config
                         .connect(tls.clone())
                         .await
                         .map_err(ConnectError::Failed)?;
-                    (client, tokio::spawn(drive(connection)))
+                    (client, tokio::spawn(drive(connection, serving.clone())))
                 }
                 None => {
                     let (client, connection) =
                         config.connect(NoTls).await.map_err(ConnectError::Failed)?;
-                    (client, tokio::spawn(drive(connection)))
+                    (client, tokio::spawn(drive(connection, serving.clone())))
                 }
             };
-            Ok(Connection::new(client, task))
+            Ok(Connection::new(client, task, serving))
         };
         tokio::time::timeout(self.timeouts().connect, connecting)
             .await
@@ -148,20 +149,20 @@ impl tokio::io::AsyncWrite for UntilClosed {
     }
 }
 
-/// Drives a connection's socket until it closes. Its outcome is seen by the client's next
-/// request (`Error::is_closed`), so it is not reported here.
 /// Drives a connection's socket until it closes, reporting what the server sends beside the
-/// answers: a notice at `WARNING` reaches the log ([`crate::log::notice`]). Awaiting the
-/// connection itself would do the same work but log every notice at INFO, below what a
-/// function writes.
-async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+/// answers: a notice at `WARNING` reaches the log ([`crate::log::notice`]), under the
+/// invocation whose delivery is using the connection (`serving`): this task outlives
+/// deliveries and names none of its own. Awaiting the connection itself would do the same
+/// work but log every notice at INFO, below what a function writes. Its outcome is seen by the
+/// client's next request (`Error::is_closed`), so it is not reported here.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>, serving: crate::log::Serving)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
         if let tokio_postgres::AsyncMessage::Notice(notice) = message {
-            crate::log::notice(&notice);
+            serving.scope(|| crate::log::notice(&notice));
         }
     }
 }
@@ -175,6 +176,8 @@ pub struct Connection {
     /// Made once per connection: a delivery marks it in flight with a reference count, not a
     /// copy of the socket settings.
     cancel: Arc<tokio_postgres::CancelToken>,
+    /// The invocation whose delivery is using it, for the lines its task writes.
+    serving: crate::log::Serving,
 }
 
 impl std::fmt::Debug for Connection {
@@ -186,12 +189,17 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    fn new(client: Client, task: tokio::task::JoinHandle<()>) -> Self {
+    fn new(
+        client: Client,
+        task: tokio::task::JoinHandle<()>,
+        serving: crate::log::Serving,
+    ) -> Self {
         let cancel = Arc::new(client.cancel_token());
         Self {
             client,
             task,
             cancel,
+            serving,
         }
     }
 }
@@ -509,9 +517,13 @@ impl Database {
             }
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) =
                 Some(Arc::clone(&connection.cancel));
+            // What the connection's task writes meanwhile (a server notice) names this
+            // delivery's invocation.
+            connection.serving.begin();
             // The attempt owns the connection: should it panic or its future be dropped, the
             // connection goes with it, never back to the slot.
             let Attempted { outcome, reusable } = work.attempt(&connection.client, deadline).await;
+            connection.serving.end();
             *in_flight.lock().unwrap_or_else(PoisonError::into_inner) = None;
             // One that may still hold this delivery's transaction open is never reused:
             // dropped here, it closes its socket, and the server rolls the transaction back.

@@ -148,6 +148,40 @@ pub(crate) fn within<F: std::future::Future>(
     CURRENT.scope(invocation, serve)
 }
 
+/// The invocation a task of its own is working for, shared with that task: a database
+/// connection's, which outlives deliveries and writes the server's notices. A spawned task does
+/// not inherit the invocation its spawner runs as ([`within`]), so without this its lines would
+/// name none, and say `cold_start: true`, under Managed Instances.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Serving(Arc<Mutex<Option<Invocation>>>);
+
+impl Serving {
+    /// From now on, the invocation the calling task runs as ([`within`]); none in a process
+    /// that serves one at a time, whose one slot names it already ([`begin`]).
+    pub(crate) fn begin(&self) {
+        let current = CURRENT.try_with(Invocation::clone).ok();
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = current;
+    }
+
+    /// No invocation from now on: the work for the last one is done.
+    pub(crate) fn end(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Runs `write`, the lines it writes naming the invocation served, if any.
+    pub(crate) fn scope<R>(&self, write: impl FnOnce() -> R) -> R {
+        let served = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match served {
+            Some(invocation) => CURRENT.sync_scope(invocation, write),
+            None => write(),
+        }
+    }
+}
+
 impl Invocation {
     /// The invocation the Runtime API just handed over, by the ARN it was invoked by, its
     /// request id and its trace header; the process's first is its cold start (ask once per
@@ -158,6 +192,14 @@ impl Invocation {
         xray_trace_id: Option<String>,
     ) -> Self {
         let cold_start = !STARTED.swap(true, std::sync::atomic::Ordering::Relaxed);
+        if cold_start {
+            // Past its init phase: a line that names no invocation is no longer written during
+            // the cold start (one process serving several at once never calls `begin`).
+            INVOCATION
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .cold_start = false;
+        }
         Self {
             cold_start,
             function_arn,
