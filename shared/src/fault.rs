@@ -5,7 +5,10 @@
 //! A point does something only in a build with the `faults` feature, which only the tests'
 //! builds of the function binaries turn on, and only when `CLAIMONCE_FAULTS` arms it:
 //! `point=fault[;point=fault...]`, each fault fired at the point's first hit in the process,
-//! then disarmed (the sender's retry then meets no fault). The faults:
+//! then disarmed (the sender's retry then meets no fault); or
+//! `storm:SEED:ERROR:PANIC:KILL:DELAY:MS`, which draws at every hit of every point an `error`,
+//! a `panic`, a `kill` or a `delay:MS`, each at its rate in hits per 10,000, and never
+//! disarms (the tests' storm). The faults:
 //!
 //! | fault | what happens at the point |
 //! | --- | --- |
@@ -183,10 +186,68 @@ mod armed {
     /// The variable that arms the points.
     const VAR: &str = "CLAIMONCE_FAULTS";
 
-    fn read() -> HashMap<Point, Fault> {
+    /// What `CLAIMONCE_FAULTS` arms: faults at named points, each fired once, or a storm.
+    enum Armed {
+        Points(HashMap<Point, Fault>),
+        Storm(Storm),
+    }
+
+    /// Faults drawn at random at every hit: the rates of `error`, `panic`, `kill` and `delay`
+    /// in hits per 10,000, the delay's milliseconds, and the generator's state.
+    struct Storm {
+        rates: [u64; 4],
+        delay_ms: u64,
+        state: u64,
+    }
+
+    impl Storm {
+        /// `SEED:ERROR:PANIC:KILL:DELAY:MS`; each process draws its own sequence from the seed.
+        fn parse(spec: &str) -> Self {
+            let numbers: Vec<u64> = spec
+                .split(':')
+                .map(|n| {
+                    n.parse()
+                        .unwrap_or_else(|_| panic!("{VAR}: {n:?} in a storm is not a number"))
+                })
+                .collect();
+            let [seed, error, panic, kill, delay, delay_ms] = numbers[..] else {
+                panic!("{VAR}: a storm is storm:SEED:ERROR:PANIC:KILL:DELAY:MS");
+            };
+            Self {
+                rates: [error, panic, kill, delay],
+                delay_ms,
+                state: (seed ^ u64::from(std::process::id()).rotate_left(32)) | 1,
+            }
+        }
+
+        /// The fault this hit meets, if any (xorshift64*: a test's randomness, not a secret's).
+        fn draw(&mut self) -> Option<Fault> {
+            self.state ^= self.state >> 12;
+            self.state ^= self.state << 25;
+            self.state ^= self.state >> 27;
+            let mut roll = self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) % 10_000;
+            for (n, rate) in self.rates.iter().enumerate() {
+                if roll < *rate {
+                    return Some(match n {
+                        0 => Fault::Error,
+                        1 => Fault::Panic,
+                        2 => Fault::Kill,
+                        _ => Fault::Delay(self.delay_ms),
+                    });
+                }
+                roll -= rate;
+            }
+            None
+        }
+    }
+
+    fn read() -> Armed {
         let Ok(text) = std::env::var(VAR) else {
-            return HashMap::new();
+            return Armed::Points(HashMap::new());
         };
+        if let Some(spec) = text.strip_prefix("storm:") {
+            return Armed::Storm(Storm::parse(spec));
+        }
         let mut armed = HashMap::new();
         for entry in text.split(';').filter(|e| !e.is_empty()) {
             let (name, fault) = entry
@@ -210,17 +271,20 @@ mod armed {
             };
             armed.insert(point, fault);
         }
-        armed
+        Armed::Points(armed)
     }
 
-    /// The fault armed at `point`, disarmed as it is taken.
+    /// The fault armed at `point`, disarmed as it is taken; in a storm, the one drawn.
     pub(super) fn take(point: Point) -> Option<Fault> {
-        static ARMED: OnceLock<Mutex<HashMap<Point, Fault>>> = OnceLock::new();
-        ARMED
+        static ARMED: OnceLock<Mutex<Armed>> = OnceLock::new();
+        let mut armed = ARMED
             .get_or_init(|| Mutex::new(read()))
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&point)
+            .unwrap_or_else(PoisonError::into_inner);
+        match &mut *armed {
+            Armed::Points(points) => points.remove(&point),
+            Armed::Storm(storm) => storm.draw(),
+        }
     }
 
     /// Tells the test at `path` that `point` is reached and waits until it answers.

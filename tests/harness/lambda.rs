@@ -144,14 +144,17 @@ impl Scheduled {
 
     /// One invocation with `event`, given `timeout` (the invocation's deadline).
     pub async fn run_within(&self, event: &Value, timeout: Duration) -> Ran {
-        match self
-            .api
-            .invoke(event.to_string(), timeout)
+        self.try_run_within(event, timeout)
             .await
             .expect("the function answers")
-        {
-            Outcome::Response(payload) => Ok(serde_json::from_slice(&payload).expect("JSON")),
-            Outcome::Error(error) => Err(String::from_utf8_lossy(&error).into_owned()),
+    }
+
+    /// [`Scheduled::run_within`], or `None` when no instance answered before the deadline
+    /// (the process has exited, or hung).
+    pub async fn try_run_within(&self, event: &Value, timeout: Duration) -> Option<Ran> {
+        match self.api.invoke(event.to_string(), timeout).await.ok()? {
+            Outcome::Response(payload) => Some(Ok(serde_json::from_slice(&payload).expect("JSON"))),
+            Outcome::Error(error) => Some(Err(String::from_utf8_lossy(&error).into_owned())),
         }
     }
 

@@ -21,6 +21,7 @@ mod round_trips;
 mod runbook;
 mod sam;
 mod spill;
+mod storm;
 mod stripe;
 mod sweep;
 mod thin;

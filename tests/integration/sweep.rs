@@ -49,24 +49,24 @@ enum Fault {
 /// them (Lambda Managed Instances), where a connection left dirty would serve another
 /// invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Classic,
     Concurrent,
 }
 
 /// The database deadline of a delivery in the sweep; `delay` waits past it.
-const DELIVERY_MS: u64 = 1500;
+pub(crate) const DELIVERY_MS: u64 = 1500;
 
 /// A sender the sweep delivers for: one whose effects are SQL (Stripe), one whose effect is
 /// Rust on the claim's transaction (Shopify).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sender {
+pub(crate) enum Sender {
     Stripe,
     Shopify,
 }
 
 impl Sender {
-    fn provider(self) -> &'static str {
+    pub(crate) fn provider(self) -> &'static str {
         match self {
             Sender::Stripe => "stripe",
             Sender::Shopify => "shopify",
@@ -108,7 +108,7 @@ impl Sender {
     }
 
     /// Event `n` as an API Gateway request, signed now.
-    fn event(self, n: u64) -> Value {
+    pub(crate) fn event(self, n: u64) -> Value {
         let mut event = match self {
             Sender::Stripe => {
                 let mut event = sample_event("stripe/invoice.paid.json");
@@ -159,7 +159,7 @@ impl Sender {
 }
 
 /// What one invocation answered: a status and disposition, or a function error.
-fn answered(ran: &Result<Value, String>) -> String {
+pub(crate) fn answered(ran: &Result<Value, String>) -> String {
     match ran {
         Ok(payload) => {
             let (status, disposition) = payload_outcome(payload);
@@ -185,7 +185,7 @@ async fn deliver(env: &Scheduled, event: &Value) -> String {
 
 /// Where an environment takes queued records from, besides its webhook.
 #[derive(Clone, Copy)]
-enum Queues<'a> {
+pub(crate) enum Queues<'a> {
     None,
     /// Its spill queue (which no SQS serves: a send to it fails).
     Spill,
@@ -195,7 +195,7 @@ enum Queues<'a> {
 
 /// One environment of `sender`'s function on `url`, in `mode`, with `faults` armed, taking
 /// records from `queues`.
-async fn environment(
+pub(crate) async fn environment(
     sender: Sender,
     url: &str,
     mode: Mode,
@@ -242,7 +242,7 @@ async fn busy_sessions(db: &TestDb) -> i64 {
 
 /// Waits until no session of this database is in a transaction: a killed client's backend
 /// ends its transaction once the server sees the socket closed.
-async fn until_no_transaction(db: &TestDb) -> Result<(), String> {
+pub(crate) async fn until_no_transaction(db: &TestDb) -> Result<(), String> {
     for _ in 0..400 {
         if busy_sessions(db).await == 0 {
             return Ok(());
