@@ -216,6 +216,51 @@ def managed_functions_as_lambda_takes_them(template):
     return bad
 
 
+def logins_rule_refuses_a_shared_job_login(template):
+    """EveryFunctionLogsInAsItsOwnUser, evaluated as CloudFormation would with every provider
+    deployed, refuses each two logins that are equal where one is the migrate, sweep or relay
+    function's (a receiver's is compared with those three; its message says so)."""
+    params = template.get("Parameters", {})
+    rule = template.get("Rules", {}).get("EveryFunctionLogsInAsItsOwnUser")
+    if rule is None:
+        return ["no rule EveryFunctionLogsInAsItsOwnUser"]
+    users = sorted(p for p in params if p.endswith("DbUser") and p != "HandlerDbUsers")
+    jobs = {"MigrateDbUser", "SweepDbUser", "RelayDbUser"}
+
+    def holds(values):
+        def ev(node):
+            if isinstance(node, list):
+                return [ev(n) for n in node]
+            if not isinstance(node, dict):
+                return node
+            (key, arg), = node.items()
+            if key == "Ref":
+                return values.get(arg, arg)
+            if key == "Fn::Equals":
+                return str(ev(arg[0])) == str(ev(arg[1]))
+            if key == "Fn::Not":
+                return not ev(arg[0])
+            if key == "Fn::Or":
+                return any(ev(a) for a in arg)
+            if key == "Fn::And":
+                return all(ev(a) for a in arg)
+            if key == "Fn::Contains":
+                return ev(arg[1]) in ev(arg[0])
+            raise ValueError(f"rule function {key}")
+        return all(ev(a["Assert"]) for a in rule.get("Assertions", []))
+
+    base = {p: str(spec.get("Default", "")) for p, spec in params.items()}
+    base.update({p: "true" for p in params if p.startswith("Deploy")}, DatabaseAuth="iam")
+    bad = []
+    if not holds(base):
+        bad.append("EveryFunctionLogsInAsItsOwnUser refuses the defaults")
+    for i, a in enumerate(users):
+        for b in users[i + 1:]:
+            if (a in jobs or b in jobs) and holds(dict(base, **{a: "shared", b: "shared"})):
+                bad.append(f"EveryFunctionLogsInAsItsOwnUser lets {a} and {b} be the same login")
+    return bad
+
+
 def name_length(value, stack_length):
     """The longest a name may be, with the stack's name stack_length long; None when it is not
     built from the stack's name."""
@@ -308,6 +353,7 @@ def check(quickstart, main, load, texts, stated):
         "dead-letter queues take what their sources hold": dead_letter_queues_take_what_their_sources_hold(main),
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(texts),
         "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(main),
+        "the logins rule refuses a shared job login": logins_rule_refuses_a_shared_job_login(main),
     }
 
 
@@ -327,6 +373,7 @@ def fixtures(folder):
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(
             {p: open(p).read() for p in sorted(glob.glob(os.path.join(folder, "*.md")))}),
         "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(load("managed.yaml")),
+        "the logins rule refuses a shared job login": logins_rule_refuses_a_shared_job_login(load("logins.yaml")),
     }
 
 
