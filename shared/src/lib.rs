@@ -141,6 +141,7 @@ pub mod db;
 mod effect;
 pub mod fault;
 pub mod forward;
+mod future;
 mod headers;
 mod ids;
 pub mod lambda;
@@ -180,15 +181,5 @@ pub mod prelude {
 
 pub use ids::MAX_EVENT_ID_LEN;
 pub use lambda::from_env::run_from_env;
-pub use receiver::{Admission, Admitted, Limits, Receiver, Recovered};
+pub use receiver::{Admission, Admitted, Batch, Limits, Receiver, Recovered};
 pub use response::Disposition;
-
-/// A rarely run, large future (an AWS SDK call, a connect, a read of the sender's API), boxed
-/// behind a vtable where it is awaited: a delivery's own future, which the runtime moves whole
-/// at each step, then holds a pointer instead of its state, and its code is built once, at its
-/// crate's level (the SDK's is optimised for size), rather than inlined into every caller.
-pub(crate) fn rare<'a, T>(
-    future: impl std::future::Future<Output = T> + Send + 'a,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>> {
-    Box::pin(future)
-}

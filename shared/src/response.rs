@@ -143,6 +143,15 @@ pub enum Disposition {
 }
 
 impl Disposition {
+    /// Processed, ignored or duplicate: the claim holds the event, and its sender or queue
+    /// need not send it again.
+    pub fn applied(&self) -> bool {
+        matches!(
+            self,
+            Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
+        )
+    }
+
     /// The name used in logs, metrics and the 200 body.
     pub fn name(&self) -> &'static str {
         match self {

@@ -36,7 +36,12 @@ impl Budget {
 
     /// True while another unit of work may start.
     pub fn allows_more(&self) -> bool {
-        Instant::now() < self.stop_at
+        self.allows(Duration::ZERO)
+    }
+
+    /// True while a unit of work that may take `need` can still end within the budget.
+    pub fn allows(&self, need: Duration) -> bool {
+        Instant::now() + need < self.stop_at
     }
 
     /// Time left in the budget.

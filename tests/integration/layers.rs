@@ -133,6 +133,54 @@ fn the_shared_crate_s_modules_import_one_way() {
     );
 }
 
+/// No module reaches back up to the crate's root: every `crate::<name>` a module writes names a
+/// module (or a macro a module defines, which the language exports at the root: `fields!`),
+/// and `lib.rs` holds only modules and re-exports, so the house drawn from the imports has the
+/// root above everything and nothing under it pointing up.
+#[test]
+fn no_module_imports_back_up_to_the_crate_s_root() {
+    let src = functions::workspace_root().join("shared").join("src");
+    let graph = imports(&src);
+    let sources = sources(&src);
+    let macro_named = |name: &str| {
+        sources
+            .iter()
+            .any(|(_, code)| code.contains(&format!("macro_rules! {name}")))
+    };
+    let mut up = Vec::new();
+    for (module, names) in &graph {
+        for name in names {
+            if module != "lib" && !graph.contains_key(name) && !macro_named(name) {
+                up.push(format!("{module} -> crate::{name}"));
+            }
+        }
+    }
+    assert_eq!(up, Vec::<String>::new(), "imports back up to lib.rs");
+    let lib = sources
+        .iter()
+        .find(|(m, _)| m == "lib")
+        .map(|(_, code)| code.clone())
+        .expect("lib.rs");
+    let items: Vec<&str> = lib
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with('#')
+                && !l.starts_with("//")
+                && !l.starts_with('}')
+                && !["mod ", "pub mod ", "pub use ", "use "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(
+        items,
+        Vec::<&str>::new(),
+        "lib.rs defines more than modules and re-exports"
+    );
+}
+
 /// A provider crate is handed a claim's transaction, never a connection: none of the registered
 /// ones (each `functions/*` crate with a registry table, and the out-of-tree example) turns on
 /// the shared crate's `jobs` feature, without which `db::Settings::connect` and `sender_api` do

@@ -48,7 +48,7 @@ use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
 use claimonce::sender_api::{Api, ApiError, ApiKey};
 use claimonce::timestamp::unix_now;
-use claimonce::{Disposition, Limits, Receiver};
+use claimonce::{Batch, Disposition, Limits, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -620,9 +620,9 @@ impl Recoverer {
     async fn apply(&self, budget: &Budget, listed: ToApply, now: u64, report: &mut Report) {
         let events = listed.events.into_sorted_vec();
         let mut oldest_failure: Option<u64> = listed.oldest_left;
-        let mut unavailable = None;
+        let mut batch = Batch::within(None);
         for event in &events {
-            if unavailable.is_some() || !budget.allows_more() {
+            if batch.unavailable().is_some() || !budget.allows_more() {
                 report.not_tried += 1;
                 oldest_failure =
                     Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
@@ -630,27 +630,26 @@ impl Recoverer {
             }
             // A fault a test injected here fails the event as a failed claim would.
             let injected = claimonce::fault::hit(claimonce::fault::Point::RecoverApply).await;
-            if injected.is_err() {
-                report.failed += 1;
-                oldest_failure =
-                    Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
-                continue;
-            }
-            let recovered = self.receiver.recover(event.raw.get().as_bytes()).await;
-            match recovered.disposition {
+            let recovered = match injected {
+                Ok(()) => {
+                    self.receiver
+                        .recover(event.raw.get().as_bytes(), &mut batch)
+                        .await
+                        .disposition
+                }
+                Err(_) => Disposition::Error,
+            };
+            match recovered {
                 Disposition::Processed | Disposition::Ignored => report.applied += 1,
                 Disposition::Duplicate => report.duplicates += 1,
                 _ => {
                     report.failed += 1;
                     oldest_failure =
                         Some(oldest_failure.map_or(event.created, |t| t.min(event.created)));
-                    if let Some(reason) = recovered.unavailable {
-                        unavailable = Some(reason);
-                    }
                 }
             }
         }
-        if let Some(reason) = unavailable {
+        if let Some(reason) = batch.unavailable() {
             report
                 .error
                 .get_or_insert(format!("the database is unavailable ({reason})"));

@@ -467,7 +467,7 @@ impl Database {
             // deadline.
             match token {
                 Some(token) => tokio::time::timeout(Timeouts::CANCEL, async {
-                    crate::rare(self.settings.cancel(&token)).await;
+                    crate::future::rare(self.settings.cancel(&token)).await;
                     attempts.as_mut().await
                 })
                 .await
@@ -500,7 +500,7 @@ impl Database {
             let connection = match slot.connection.take().filter(|c| !c.is_closed()) {
                 Some(connection) => connection,
                 None => {
-                    let opened = crate::rare(self.settings.open())
+                    let opened = crate::future::rare(self.settings.open())
                         .await
                         .map_err(DeliveryError::Connect)?;
                     // Counted once made, and only where one was made before: a connect that

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::bridge::Bridge;
-use crate::fault::Point;
 
 impl<P: Provider> Receiver<P> {
     /// One event queue record's outcome, and EventBridge's id of the event once its envelope
@@ -19,8 +18,7 @@ impl<P: Provider> Receiver<P> {
         bridge: &Bridge,
         record: &'r crate::sqs::Record,
         proof: Result<(), String>,
-        unavailable: &mut Option<&'static str>,
-        deadline: Option<tokio::time::Instant>,
+        batch: &mut Batch,
     ) -> (Outcome, Option<std::borrow::Cow<'r, str>>) {
         if let Err(why) = proof {
             let why = format!("not proven to have come off the event queue: {why}");
@@ -43,13 +41,10 @@ impl<P: Provider> Receiver<P> {
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
-            Ok((parsed, _)) if let Err(injected) = crate::fault::hit(Point::Admitted).await => {
-                Outcome::injected(parsed, injected)
+            Ok((parsed, _)) => {
+                let delivered = self.deliver(parsed, None, Some(&*batch)).await;
+                batch.outcome(delivered)
             }
-            Ok((parsed, sha)) => match self.complete_within(parsed, sha, deadline).await {
-                Err(outcome) => outcome,
-                Ok((parsed, _)) => self.settle_queued(parsed, None, unavailable).await,
-            },
         };
         (outcome, Some(envelope.id))
     }

@@ -39,14 +39,13 @@ impl<P: Provider> Receiver<P> {
         deadline: Option<tokio::time::Instant>,
     ) -> crate::sqs::BatchResponse {
         let mut response = crate::sqs::BatchResponse::default();
-        // Once the database is found unavailable, the rest of the batch is not tried: each
-        // would wait out its own connect or deadline, and the batch the function's timeout.
-        let mut unavailable: Option<&'static str> = None;
+        let budget = deadline.map(|d| crate::scheduled::Budget::until(d.into_std()));
+        let mut batch = Batch::within(budget);
         // The event queues' records proven to have come off them, before any is claimed: one
         // SQS call per queue and batch (crate::sqs::receipt).
         let mut proofs = match &self.bridge {
             Some(bridge) => match crate::fault::hit(crate::fault::Point::ReceiptProof).await {
-                Ok(()) => crate::rare(bridge.prove(records)).await,
+                Ok(()) => crate::future::rare(bridge.prove(records)).await,
                 Err(injected) => records
                     .iter()
                     .map(|_| Some(Err(injected.to_string())))
@@ -71,7 +70,7 @@ impl<P: Provider> Receiver<P> {
                 self.log_outcome(via, &failed, started.elapsed().as_secs_f64() * 1000.0);
                 continue;
             }
-            if !self.fits(deadline, false) {
+            if !batch.fits(self.bounds(false)) {
                 response.fail(&record.message_id);
                 self.log_untried(record);
                 continue;
@@ -83,9 +82,8 @@ impl<P: Provider> Receiver<P> {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
                     let proof = proof.unwrap_or_else(|| Err("it was not asked of SQS".into()));
-                    (outcome, eventbridge_id) = self
-                        .bridged(bridge, record, proof, &mut unavailable, deadline)
-                        .await;
+                    (outcome, eventbridge_id) =
+                        self.bridged(bridge, record, proof, &mut batch).await;
                     let via = Via::EventBridge {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -94,8 +92,7 @@ impl<P: Provider> Receiver<P> {
                     (outcome, via)
                 }
                 _ => {
-                    let (outcome, queued_seconds) =
-                        self.drained(record, &mut unavailable, deadline).await;
+                    let (outcome, queued_seconds) = self.drained(record, &mut batch).await;
                     let via = Via::Spill {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -105,10 +102,7 @@ impl<P: Provider> Receiver<P> {
                 }
             };
             let outcome = outcome.at_answer().await;
-            if !matches!(
-                outcome.disposition,
-                Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
-            ) {
+            if !outcome.disposition.applied() {
                 response.fail(&record.message_id);
             }
             self.log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
@@ -127,23 +121,6 @@ impl<P: Provider> Receiver<P> {
         crate::sqs::BatchResponse::all_failed(ids)
     }
 
-    /// Whether a record's bounds fit before `deadline` (always, with none): the database's,
-    /// and with `api`, the sender's API's too.
-    fn fits(&self, deadline: Option<tokio::time::Instant>, api: bool) -> bool {
-        let Some(deadline) = deadline else {
-            return true;
-        };
-        let timeouts = self.database.timeouts();
-        let mut need = timeouts.connect + timeouts.delivery + crate::db::Timeouts::CANCEL;
-        if api {
-            need += self.api.as_ref().map_or(
-                std::time::Duration::ZERO,
-                crate::complete::SenderApi::timeout,
-            );
-        }
-        tokio::time::Instant::now() + need <= deadline
-    }
-
     /// A record left untried because the invocation's deadline is too near: one WARN line, by
     /// its message id; it is received again after its visibility timeout.
     fn log_untried(&self, record: &crate::sqs::Record) {
@@ -154,33 +131,11 @@ impl<P: Provider> Receiver<P> {
         );
     }
 
-    /// [`Receiver::complete`] for a drained event, unless its provider would read the sender's
-    /// API for it and that bound no longer fits before the invocation's `deadline`.
-    pub(super) async fn complete_within(
-        &self,
-        parsed: Parsed<P::Event>,
-        payload_sha256: [u8; 32],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
-        if self.provider().completes(&parsed) && !self.fits(deadline, true) {
-            return Err(Outcome {
-                error: Some(
-                    "not completed: the sender's API bound no longer fits before the \
-                     invocation's deadline; received again"
-                        .to_owned(),
-                ),
-                ..Outcome::of(parsed, Disposition::Error)
-            });
-        }
-        self.complete(parsed, payload_sha256).await
-    }
-
     /// One spilled delivery's outcome, and how long since it first arrived once it was read.
     async fn drained(
         &self,
         record: &crate::sqs::Record,
-        unavailable: &mut Option<&'static str>,
-        deadline: Option<tokio::time::Instant>,
+        batch: &mut Batch,
     ) -> (Outcome, Option<u64>) {
         match self.restore(record).await {
             Err(Refused::Unreadable(why)) => (Outcome::failed(why), None),
@@ -190,43 +145,16 @@ impl<P: Provider> Receiver<P> {
             }
             Ok(Reparsed {
                 parsed,
-                payload_sha256: sha,
+                payload_sha256,
                 received_at,
             }) => {
                 let queued = Some(unix_now().saturating_sub(received_at));
-                if let Err(injected) = crate::fault::hit(crate::fault::Point::Admitted).await {
-                    return (Outcome::injected(parsed, injected), queued);
-                }
-                match self.complete_within(parsed, sha, deadline).await {
-                    Ok((parsed, sha)) => {
-                        (self.settle_queued(parsed, sha, unavailable).await, queued)
-                    }
-                    Err(outcome) => (outcome, queued),
-                }
+                let delivered = self
+                    .deliver(parsed, Some(payload_sha256), Some(&*batch))
+                    .await;
+                (batch.outcome(delivered), queued)
             }
         }
-    }
-
-    /// A queued event's claim and effect, unless an earlier record of the batch found the
-    /// database unavailable; notes when this one does.
-    pub(super) async fn settle_queued(
-        &self,
-        parsed: Parsed<P::Event>,
-        payload_sha256: Option<[u8; 32]>,
-        unavailable: &mut Option<&'static str>,
-    ) -> Outcome {
-        if let Some(reason) = *unavailable {
-            let why = format!("not tried: the database is unavailable ({reason})");
-            return Outcome {
-                error: Some(why),
-                waits_for_database: true,
-                ..Outcome::of(parsed, Disposition::Error)
-            };
-        }
-        let settled = self.settle(&parsed, payload_sha256).await;
-        let (outcome, cause) = Outcome::settled(parsed, settled);
-        *unavailable = cause;
-        outcome
     }
 
     /// A spilled message, proven and parsed again as its webhook was: the same bytes, the

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 mod admit;
 mod bridged;
+mod deliver;
 mod drain;
 mod environment;
 mod outcome;
@@ -12,6 +13,8 @@ mod recover;
 mod secrets;
 mod webhook;
 
+pub use self::deliver::Batch;
+use self::deliver::Delivered;
 use self::outcome::{Outcome, Via};
 pub use self::recover::Recovered;
 use self::secrets::Refresh;
@@ -132,74 +135,6 @@ impl<P: Provider> Receiver<P> {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         std::sync::Arc::clone(&held)
-    }
-
-    /// The provider's [`Provider::complete`] on a parsed event, with the payload fingerprint
-    /// its claim stores: the body's, unless the event was replaced by another (a thin event by
-    /// the snapshot it stands for), whose bytes these are not. A failure is this delivery's
-    /// error, named by the parsed event.
-    pub(super) async fn complete(
-        &self,
-        parsed: Parsed<P::Event>,
-        payload_sha256: [u8; 32],
-    ) -> Result<(Parsed<P::Event>, Option<[u8; 32]>), Outcome> {
-        let provider = self.provider();
-        match crate::rare(provider.complete(&parsed, self.api.as_ref())).await {
-            Ok(None) => Ok((parsed, Some(payload_sha256))),
-            Ok(Some(completed)) => Ok((completed, None)),
-            Err(crate::complete::Incomplete(why)) => Err(Outcome {
-                error: Some(format!("the event could not be completed: {why}")),
-                ..Outcome::of(parsed, Disposition::Error)
-            }),
-        }
-    }
-
-    /// The claim and the effect of a parsed event, on the database: processed, ignored or
-    /// duplicate, or why it failed. What a webhook and a drained message share.
-    async fn settle(
-        &self,
-        parsed: &Parsed<P::Event>,
-        payload_sha256: Option<[u8; 32]>,
-    ) -> Result<Disposition, crate::db::DeliveryError> {
-        let claim = Claim {
-            provider: P::NAME,
-            event_id: parsed.event_id.as_str(),
-            event_type: &parsed.event_type,
-            payload_sha256,
-        };
-        let provider = self.provider();
-        let ran = self
-            .database
-            .run_counted(&crate::claim::Settle {
-                claim: &claim,
-                plan: provider.plan(parsed),
-            })
-            .await;
-        self.report_reconnects(&parsed.event_id, ran.reconnects);
-        match ran.outcome? {
-            Finished::Processed => Ok(Disposition::Processed),
-            Finished::Ignored => Ok(Disposition::Ignored),
-            Finished::Duplicate { stored_sha256 } => {
-                // An event from the sender's API has no fingerprint, and a webhook after one
-                // finds none stored: neither is compared.
-                let differs = match (&stored_sha256, &claim.payload_sha256) {
-                    (Some(stored), Some(ours)) => stored.as_slice() != ours.as_slice(),
-                    _ => false,
-                };
-                if differs {
-                    let fields = crate::fields! {
-                        provider: claim.provider,
-                        event_id: parsed.event_id.as_str(),
-                    };
-                    self.log.write(
-                        crate::log::Level::Warn,
-                        "duplicate event id with a different payload; the first one was kept",
-                        fields,
-                    );
-                }
-                Ok(Disposition::Duplicate)
-            }
-        }
     }
 }
 

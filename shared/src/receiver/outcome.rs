@@ -105,34 +105,6 @@ impl Outcome {
             waits_for_database: false,
         }
     }
-
-    /// A parsed event's outcome: the disposition it settled with, or the failure's summary.
-    /// With the failure's cause when it was the database being unavailable.
-    pub(crate) fn settled<E>(
-        parsed: crate::provider::Parsed<E>,
-        settled: Result<Disposition, crate::db::DeliveryError>,
-    ) -> (Self, Option<&'static str>) {
-        match settled {
-            Ok(disposition) => (Self::of(parsed, disposition), None),
-            Err(e) => {
-                let unavailable = e.unavailable();
-                let outcome = Self {
-                    error: Some(e.summary()),
-                    waits_for_database: unavailable.is_some(),
-                    ..Self::of(parsed, Disposition::Error)
-                };
-                (outcome, unavailable)
-            }
-        }
-    }
-
-    /// Processed, ignored or duplicate: the claim holds it.
-    fn applied(&self) -> bool {
-        matches!(
-            self.disposition,
-            Disposition::Processed | Disposition::Ignored | Disposition::Duplicate
-        )
-    }
 }
 
 /// How the event arrived, with what the line says of that.
@@ -196,7 +168,7 @@ impl<P: Provider> Receiver<P> {
             } => {
                 (sqs_message_id, receive_count, queued_seconds) = (Some(id), Some(count), queued);
                 drained = Some(metrics::Drained::new(P::NAME, disposition));
-                ("drained", !outcome.applied())
+                ("drained", !outcome.disposition.applied())
             }
             Via::EventBridge {
                 sqs_message_id: id,
@@ -204,9 +176,9 @@ impl<P: Provider> Receiver<P> {
                 eventbridge_id: bridged,
             } => {
                 (sqs_message_id, receive_count, eventbridge_id) = (Some(id), Some(count), bridged);
-                ("bridged", !outcome.applied())
+                ("bridged", !outcome.disposition.applied())
             }
-            Via::SenderApi => ("recovered", !outcome.applied()),
+            Via::SenderApi => ("recovered", !outcome.disposition.applied()),
         };
         let queued = matches!(via, Via::Spill { .. } | Via::EventBridge { .. });
         let level = match (level, queued && outcome.waits_for_database) {

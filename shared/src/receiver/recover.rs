@@ -2,7 +2,6 @@
 //! claim as a webhook, and the ledger look-up they make first.
 
 use super::*;
-use crate::fault::Point;
 
 /// What [`Receiver::recover`] did with one event.
 #[derive(Debug)]
@@ -13,9 +12,6 @@ pub struct Recovered {
     pub disposition: Disposition,
     /// Why it was not applied, data-free.
     pub error: Option<String>,
-    /// When the database was unavailable (the cause's name, as a spill names it): the caller
-    /// stops, and the next run tries again.
-    pub unavailable: Option<&'static str>,
 }
 
 impl<P: Provider> Receiver<P> {
@@ -29,25 +25,19 @@ impl<P: Provider> Receiver<P> {
     /// fingerprint, because the API's JSON is not the bytes the webhook carried. An event that
     /// did arrive is a duplicate; one that did not is applied once. One log line per event
     /// (`recovered`); the run's counts are the caller's report.
-    pub async fn recover(&self, body: &[u8]) -> Recovered {
+    ///
+    /// The run's events are one [`Batch`]: once one finds the database unavailable, the
+    /// batch says so, and the caller stops; the next run tries again.
+    pub async fn recover(&self, body: &[u8], batch: &mut Batch) -> Recovered {
         let started = Instant::now();
-        let mut unavailable = None;
         let outcome = match self.admit_event(body, &http::HeaderMap::new(), admit::Proof::Origin) {
             Err(r) => Outcome::unparsed(r),
-            Ok((parsed, _)) if let Err(injected) = crate::fault::hit(Point::Admitted).await => {
-                Outcome::injected(parsed, injected)
-            }
             // Completed as a webhook's would be (a thin event from its sender's API), so no
             // way of arriving claims an event its effect cannot read.
-            Ok((parsed, sha)) => match self.complete(parsed, sha).await {
-                Err(outcome) => outcome,
-                Ok((parsed, _)) => {
-                    let settled = self.settle(&parsed, None).await;
-                    let (outcome, cause) = Outcome::settled(parsed, settled);
-                    unavailable = cause;
-                    outcome
-                }
-            },
+            Ok((parsed, _)) => {
+                let delivered = self.deliver(parsed, None, Some(&*batch)).await;
+                batch.outcome(delivered)
+            }
         };
         self.log_outcome(
             Via::SenderApi,
@@ -58,7 +48,6 @@ impl<P: Provider> Receiver<P> {
             event_id: outcome.event_id,
             disposition: outcome.disposition,
             error: outcome.error,
-            unavailable,
         }
     }
 }

@@ -50,7 +50,7 @@ impl<P: Provider> Receiver<P> {
         match check() {
             Err(r)
                 if r.problem == Problem::SignatureMismatch
-                    && crate::rare(self.refresh_secrets()).await =>
+                    && crate::future::rare(self.refresh_secrets()).await =>
             {
                 check()
             }

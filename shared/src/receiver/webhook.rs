@@ -22,22 +22,11 @@ impl<P: Provider> Receiver<P> {
             Err(r) => Outcome::rejected(r, None),
             Ok(Admission::Handshake(answer)) => Outcome::handshake(answer),
             Ok(Admission::Delivery(admitted)) => {
-                let completed = match fault::hit(Point::Admitted).await {
-                    Ok(()) => {
-                        self.complete(admitted.parsed, admitted.payload_sha256)
-                            .await
-                    }
-                    Err(injected) => Err(Outcome::injected(admitted.parsed, injected)),
-                };
-                match completed {
-                    Err(outcome) => outcome,
-                    Ok((parsed, sha)) => {
-                        let settled = self.settle(&parsed, sha).await;
-                        let body = request.body().as_ref();
-                        self.keep_if_unavailable(parsed, settled, body, &admitted.read_headers)
-                            .await
-                    }
-                }
+                let fingerprint = Some(admitted.payload_sha256);
+                let delivered = self.deliver(admitted.parsed, fingerprint, None).await;
+                let body = request.body().as_ref();
+                self.keep_if_unavailable(delivered, body, &admitted.read_headers)
+                    .await
             }
         };
         let outcome = outcome.at_answer().await;
@@ -101,24 +90,27 @@ impl<P: Provider> Receiver<P> {
         })
     }
 
-    /// A settled webhook's outcome; one whose statement failed because the database was
-    /// unavailable is put on the spill queue when there is one (`queued`), else an error; the
-    /// error text says which.
+    /// A delivered webhook's outcome; one the database could not take is put on the spill
+    /// queue when there is one (`queued`), else an error; the error text says which.
     async fn keep_if_unavailable(
         &self,
-        parsed: Parsed<P::Event>,
-        settled: Result<Disposition, crate::db::DeliveryError>,
+        delivered: Delivered<P::Event>,
         body: &[u8],
         read_headers: &[(String, String)],
     ) -> Outcome {
-        let (disposition, error) = match settled {
-            Ok(disposition) => (disposition, None),
-            Err(e) => match (&self.spill, e.unavailable()) {
-                (Some(spill), Some(reason)) => 'spilling: {
-                    if let Err(injected) = fault::hit(Point::SpillSend).await {
-                        let why = format!("{}; not queued: {injected}", e.summary());
-                        break 'spilling (Disposition::Error, Some(why));
-                    }
+        let (parsed, error, reason) = match delivered {
+            Delivered::Settled(outcome) => return outcome,
+            Delivered::Unavailable {
+                parsed,
+                error,
+                reason,
+            } => (parsed, error, reason),
+        };
+        let kept = match &self.spill {
+            None => Err(error),
+            Some(spill) => match fault::hit(Point::SpillSend).await {
+                Err(injected) => Err(format!("{error}; not queued: {injected}")),
+                Ok(()) => {
                     let spilled = crate::spill::Spilled {
                         provider: P::NAME,
                         event_id: parsed.event_id.as_str(),
@@ -126,22 +118,19 @@ impl<P: Provider> Receiver<P> {
                         headers: read_headers,
                         received_at: unix_now(),
                     };
-                    match crate::rare(spill.put(&spilled)).await {
-                        Ok(()) => (
-                            Disposition::Queued,
-                            Some(format!("{}; queued ({reason})", e.summary())),
-                        ),
-                        Err(why) => (
-                            Disposition::Error,
-                            Some(format!("{}; not queued: {why}", e.summary())),
-                        ),
+                    match crate::future::rare(spill.put(&spilled)).await {
+                        Ok(()) => Ok(format!("{error}; queued ({reason})")),
+                        Err(why) => Err(format!("{error}; not queued: {why}")),
                     }
                 }
-                _ => (Disposition::Error, Some(e.summary())),
             },
         };
+        let (disposition, error) = match kept {
+            Ok(why) => (Disposition::Queued, why),
+            Err(why) => (Disposition::Error, why),
+        };
         Outcome {
-            error,
+            error: Some(error),
             ..Outcome::of(parsed, disposition)
         }
     }
