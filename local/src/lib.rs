@@ -17,6 +17,7 @@ pub mod pgbouncer;
 pub mod postgres;
 pub mod readable;
 pub mod runtime_api;
+pub mod scaffold;
 pub mod scratch;
 pub mod sign;
 pub mod spill;

@@ -5,8 +5,9 @@
 //! ```text
 //! claimonce-local [run] [--port 9000] [--instances 2] [--json] [--spill]
 //! claimonce-local sign <event.json>...
-//! claimonce-local send <event.json> [--url http://127.0.0.1:9000]
+//! claimonce-local send <event.json> [--url http://127.0.0.1:9000] [--as-is | --tamper]
 //! claimonce-local template [--check | --list]
+//! claimonce-local new <sender> [DIR] [--scheme SCHEME] [--claimonce-path PATH]
 //! ```
 
 use std::collections::HashMap;
@@ -34,12 +35,16 @@ const USAGE: &str = "usage:
                                                         and drains it, and SIGUSR1 takes the
                                                         database down for the functions and back
   claimonce-local sign <event.json>...                  re-sign sample events in place
-  claimonce-local send <event.json> [--url URL] [--as-is]
+  claimonce-local send <event.json> [--url URL] [--as-is | --tamper]
                                                         re-sign and POST an event (default URL
                                                         http://127.0.0.1:9000, the front's base,
                                                         no path); --as-is sends it as the file
                                                         holds it, signature and all, so a changed
-                                                        or stale one shows its 400
+                                                        or stale one shows its 400; --tamper signs
+                                                        it, then changes its body (a space at the
+                                                        end), so the answer is 400
+                                                        signature-mismatch; the file is left as it
+                                                        is. Exits 1 when the answer is a 4xx or 5xx
   claimonce-local template [--check | --list]           render the project's template.yaml and
                                                         quickstart.yaml from its registry and
                                                         claimonce's deploy/ (this repository:
@@ -48,6 +53,27 @@ const USAGE: &str = "usage:
                                                         compares;
                                                         --list prints a line per provider:
                                                         provider, Name, binary, deployed
+  claimonce-local new <sender> [DIR] [--scheme SCHEME] [--claimonce-path PATH]
+                                                        write a provider crate for <sender> into DIR
+                                                        (default ./<sender>): its registry entry,
+                                                        a Provider on SCHEME, one SQL and one Rust
+                                                        effect, a migration, signed samples, a test
+                                                        on the test kit and the binaries its
+                                                        template runs. SCHEME (default
+                                                        standard-webhooks):
+                                                          standard-webhooks  webhook-id, -timestamp,
+                                                            -signature; whsec_ secrets (Svix)
+                                                          timestamp-v1  t=<unix>,v1=<hex> (Stripe's)
+                                                          body-hmac-sha256  sha256=<hex> of the
+                                                            body alone (GitHub's)
+                                                          own  a stub in src/scheme.rs to make the
+                                                            sender's own, with its signer binary
+                                                        The claimonce crates are path dependencies
+                                                        (with their version) on PATH, default the
+                                                        checkout this program was built from, and
+                                                        its Cargo.lock the crate's first; once
+                                                        they are published, the version alone is
+                                                        the dependency
   claimonce-local --help                                this text
 
 environment:
@@ -82,11 +108,13 @@ enum Command {
         file: String,
         url: String,
         as_is: bool,
+        tamper: bool,
     },
     Template {
         check: bool,
         list: bool,
     },
+    New(claimonce_local::scaffold::New),
     Help,
 }
 
@@ -99,7 +127,9 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut subcommand: Option<String> = None;
     let (mut port, mut instances, mut url, mut json) = (9000_u16, 2_usize, None::<String>, false);
     let (mut spill, mut as_is, mut check, mut list) = (false, false, false, false);
+    let mut tamper = false;
     let mut files = Vec::new();
+    let (mut scheme, mut claimonce_path) = (None::<String>, None::<String>);
     while let Some(arg) = parser.next().map_err(lex)? {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
@@ -109,14 +139,19 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
             Long("json") => json = true,
             Long("spill") => spill = true,
             Long("as-is") => as_is = true,
+            Long("tamper") => tamper = true,
             Long("check") => check = true,
             Long("list") => list = true,
+            Long("scheme") => scheme = Some(parser.value().map_err(lex)?.string().map_err(lex)?),
+            Long("claimonce-path") => {
+                claimonce_path = Some(parser.value().map_err(lex)?.string().map_err(lex)?);
+            }
             Value(value) => {
                 let value = value.string().map_err(lex)?;
                 if subcommand.is_none() {
                     if !matches!(
                         value.as_str(),
-                        "run" | "sign" | "send" | "template" | "help"
+                        "run" | "sign" | "send" | "template" | "new" | "help"
                     ) {
                         return Err(format!("unknown command {value:?}"));
                     }
@@ -136,8 +171,18 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     if list && subcommand != "template" {
         return misplaced("--list");
     }
+    if tamper && (subcommand != "send" || as_is) {
+        return misplaced("--tamper");
+    }
+    if subcommand != "new" && (scheme.is_some() || claimonce_path.is_some()) {
+        return misplaced("--scheme or --claimonce-path");
+    }
     match subcommand.as_str() {
         "help" => Ok(Command::Help),
+        "new" if url.is_some() || json || spill || as_is || check || list => {
+            Err("new takes --scheme and --claimonce-path".into())
+        }
+        "new" => new_command(files, scheme, claimonce_path),
         "template" if !files.is_empty() => Err("template takes no file".into()),
         "template" if url.is_some() || json || spill || as_is || (check && list) => {
             Err("template takes --check or --list".into())
@@ -162,10 +207,34 @@ fn command(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
                 file,
                 url: url.unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
                 as_is,
+                tamper,
             }),
             Err(_) => Err("send needs exactly one event file".into()),
         },
     }
+}
+
+/// `new <sender> [DIR]`'s command: DIR defaults to `./<sender>`, the scheme to Standard
+/// Webhooks, the claimonce checkout to the one this program was built from.
+fn new_command(
+    files: Vec<String>,
+    scheme: Option<String>,
+    claimonce_path: Option<String>,
+) -> Result<Command, String> {
+    let (provider, dir) = match <[String; 1]>::try_from(files) {
+        Ok([provider]) => (provider.clone(), provider),
+        Err(files) => match <[String; 2]>::try_from(files) {
+            Ok([provider, dir]) => (provider, dir),
+            Err(_) => return Err("new takes a sender's name and at most one folder".into()),
+        },
+    };
+    Ok(Command::New(claimonce_local::scaffold::New {
+        provider,
+        dir: dir.into(),
+        scheme: scheme.unwrap_or_else(|| "standard-webhooks".to_owned()),
+        claimonce: claimonce_path
+            .map_or_else(claimonce_local::template::claimonce_root, Into::into),
+    }))
 }
 
 /// Renders the project's template (and this repository's derived files), or with `check`
@@ -224,8 +293,16 @@ async fn main() -> ExitCode {
             spill,
         }) => run(port, instances, json, spill).await,
         Ok(Command::Sign { files }) => sign_files(&files),
-        Ok(Command::Send { file, url, as_is }) => send(&file, &url, as_is).await,
+        Ok(Command::Send {
+            file,
+            url,
+            as_is,
+            tamper,
+        }) => send(&file, &url, as_is, tamper).await,
         Ok(Command::Template { check, list }) => template(check, list),
+        Ok(Command::New(new)) => claimonce_local::scaffold::write(&new).map(|written| {
+            print!("{}", claimonce_local::scaffold::report(&new, &written));
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -256,7 +333,7 @@ fn sign_files(files: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-async fn send(path: &str, url: &str, as_is: bool) -> Result<(), String> {
+async fn send(path: &str, url: &str, as_is: bool, tamper: bool) -> Result<(), String> {
     let authority = front_authority(url)?;
     let mut event = read_event(path)?;
     if as_is {
@@ -269,6 +346,9 @@ async fn send(path: &str, url: &str, as_is: bool) -> Result<(), String> {
         event = claimonce_local::bridge::request(registry, &event)?;
     } else {
         sign::resign(&mut event, now()).map_err(|e| format!("{path}: {e}"))?;
+        if tamper {
+            sign::tamper(&mut event).map_err(|e| format!("{path}: {e}"))?;
+        }
     }
     let response = gateway::send(authority, &event).await?;
     let route = sign::event_path(&event).unwrap_or("/");
@@ -281,6 +361,10 @@ async fn send(path: &str, url: &str, as_is: bool) -> Result<(), String> {
             "disposition: {} (the function's bridged line)",
             String::from_utf8_lossy(disposition.as_bytes())
         );
+    }
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        return Err(format!("the answer was {status}"));
     }
     Ok(())
 }
@@ -657,6 +741,9 @@ mod tests {
             "--spill",
             "--url",
             "--as-is",
+            "--tamper",
+            "--scheme",
+            "--claimonce-path",
             "--check",
             "--list",
             "DATABASE_URL",
@@ -666,6 +753,38 @@ mod tests {
             "PG_BIN",
         ] {
             assert!(USAGE.contains(word), "{word}");
+        }
+        // And every scheme `new` writes a provider for.
+        for scheme in claimonce_local::scaffold::SCHEMES {
+            assert!(USAGE.contains(scheme), "{scheme}");
+        }
+        let Ok(Command::New(new)) = parse("new acme --scheme own") else {
+            panic!("new")
+        };
+        assert_eq!(
+            (new.provider.as_str(), new.dir.to_str(), new.scheme.as_str()),
+            ("acme", Some("acme"), "own")
+        );
+        let Ok(Command::New(new)) = parse("new acme elsewhere/acme --claimonce-path /c") else {
+            panic!("new")
+        };
+        assert_eq!(
+            (
+                new.dir.to_str(),
+                new.scheme.as_str(),
+                new.claimonce.to_str()
+            ),
+            (Some("elsewhere/acme"), "standard-webhooks", Some("/c"))
+        );
+        for wrong in [
+            "new",
+            "new a b c",
+            "new acme --as-is",
+            "send a.json --scheme own",
+            "send a.json --as-is --tamper",
+            "run --tamper",
+        ] {
+            assert!(parse(wrong).is_err(), "{wrong}");
         }
         assert_eq!(parse("send x.json -h"), Ok(Command::Help));
         assert_eq!(
@@ -691,7 +810,8 @@ mod tests {
             Ok(Command::Send {
                 file: "e.json".into(),
                 url: "http://127.0.0.1:3000".into(),
-                as_is: false
+                as_is: false,
+                tamper: false
             })
         );
         assert_eq!(
@@ -699,7 +819,8 @@ mod tests {
             Ok(Command::Send {
                 file: "e.json".into(),
                 url: "http://127.0.0.1:9000".into(),
-                as_is: true
+                as_is: true,
+                tamper: false
             })
         );
         assert_eq!(

@@ -94,6 +94,22 @@ pub fn resign(event: &mut Value, now: u64) -> Result<&'static Function, String> 
     Ok(function)
 }
 
+/// Changes a signed `event`'s body after signing (a space added at its end, inside the base64
+/// of an encoded one), as a body altered on its way would be: its signature no longer matches.
+pub fn tamper(event: &mut Value) -> Result<(), String> {
+    let mut body = event_body(event)?;
+    body.push(b' ');
+    let text = if event.get("isBase64Encoded").and_then(Value::as_bool) == Some(true) {
+        STANDARD.encode(&body)
+    } else {
+        String::from_utf8(body).map_err(|_| "the event's body is not text".to_owned())?
+    };
+    if let Some(object) = event.as_object_mut() {
+        object.insert("body".into(), Value::String(text));
+    }
+    Ok(())
+}
+
 /// Signs through a provider crate's own signer binary, built beside its receiver
 /// (`claimonce::verify::signer_command` holds both sides of the exchange).
 fn sign_with_binary(

@@ -625,15 +625,22 @@ impl LocalRun {
 
     /// `claimonce-local send <sample> --url <base>`: what it printed.
     async fn send(&self, sample: &std::path::Path) -> String {
+        self.send_with(sample, &[]).await.1
+    }
+
+    /// The same with `extra` arguments: whether it exited 0, and what it printed.
+    async fn send_with(&self, sample: &std::path::Path, extra: &[&str]) -> (bool, String) {
         let output = tokio::process::Command::new(&self.local)
             .arg("send")
             .arg(sample)
             .args(["--url", &self.base])
+            .args(extra)
             .output()
             .await
             .expect("send");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr)
+        let said = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), said)
     }
 
     async fn stop(mut self) {
@@ -641,6 +648,27 @@ impl LocalRun {
         let _ = self.run.wait().await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `send --tamper` changes the body after signing, so the answer is 400 `signature-mismatch`,
+/// and `send` exits 1 on it as on any 4xx or 5xx; `--as-is` of a committed sample is stale;
+/// the file is left as it was, and the sample then sent as it should be is processed (exit 0).
+#[tokio::test]
+async fn send_exits_1_on_a_refused_delivery_and_tampers_without_touching_the_file() {
+    let run = LocalRun::start("refused", &[]).await;
+    let sample = workspace_root().join("events/stripe/customer.subscription.updated.json");
+    let before = std::fs::read(&sample).expect("the sample");
+    let (ok, tampered) = run.send_with(&sample, &["--tamper"]).await;
+    assert!(!ok, "{tampered}");
+    assert!(tampered.contains("-> 400"), "{tampered}");
+    assert!(tampered.contains("signature-mismatch"), "{tampered}");
+    let (ok, stale) = run.send_with(&sample, &["--as-is"]).await;
+    assert!(!ok && stale.contains("stale-timestamp"), "{stale}");
+    assert_eq!(std::fs::read(&sample).expect("the sample"), before);
+    let (ok, sent) = run.send_with(&sample, &[]).await;
+    assert!(ok, "{sent}");
+    assert!(sent.contains(r#"{"disposition":"processed"}"#), "{sent}");
+    run.stop().await;
 }
 
 /// The local run shows the spill queue (`--spill`): SIGUSR1 takes its database down for the

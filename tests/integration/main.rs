@@ -11,6 +11,7 @@ mod lambda;
 mod layers;
 mod migrate_fn;
 mod migrations;
+mod new_crate;
 mod observability;
 mod outbox;
 mod production_auth;
