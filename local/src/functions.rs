@@ -262,10 +262,13 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command.current_dir(&root).args(["build", "--bins"]);
-    // At a terminal, cargo's own progress shows (a first build takes minutes); elsewhere (the
-    // tests, CI) it stays quiet.
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        command.arg("--quiet");
+    // At a terminal, cargo's own progress bar shows (a first build takes minutes); elsewhere
+    // (a log, the tests, CI) cargo is quiet and a line every half minute says how far it got.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if !terminal {
+        command
+            .args(["--quiet", "--message-format", "json-render-diagnostics"])
+            .stdout(std::process::Stdio::piped());
     }
     // `cargo run` and `cargo test` hand the program they start the variables they set for a
     // crate (CARGO_MANIFEST_DIR and the like). Some build scripts rerun when one changes
@@ -300,10 +303,61 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
             command.args(["--workspace", "--features", "claimonce/faults"]);
         }
     }
-    if !command.status()?.success() {
+    let mut child = command.spawn()?;
+    if let Some(out) = child.stdout.take() {
+        let started = std::time::Instant::now();
+        let compiled = progress(io::BufReader::new(out), PROGRESS_EVERY, |line| {
+            eprintln!("claimonce-local: {line}");
+        });
+        if compiled > 0 {
+            eprintln!(
+                "claimonce-local: built in {} s ({compiled} crates compiled)",
+                started.elapsed().as_secs()
+            );
+        }
+    }
+    if !child.wait()?.success() {
         return Err(io::Error::other(format!("cargo build ({which:?}) failed")));
     }
     Ok(binaries_dir(which))
+}
+
+/// How often a build away from a terminal says how far it got.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads cargo's JSON messages (`--message-format json-render-diagnostics`) and hands `say` a
+/// line on the first crate compiled after each `every`: how many were compiled so far and
+/// which. Returns how many were compiled (crates already built, `fresh`, are not counted).
+fn progress(
+    messages: impl io::BufRead,
+    every: std::time::Duration,
+    mut say: impl FnMut(String),
+) -> usize {
+    let mut compiled = 0;
+    let mut last = std::time::Instant::now();
+    for line in messages.lines().map_while(Result::ok) {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let artifact =
+            message.get("reason").and_then(serde_json::Value::as_str) == Some("compiler-artifact");
+        let fresh = message.get("fresh").and_then(serde_json::Value::as_bool) == Some(true);
+        if !artifact || fresh {
+            continue;
+        }
+        compiled += 1;
+        if last.elapsed() >= every {
+            last = std::time::Instant::now();
+            let name = message
+                .pointer("/target/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("?");
+            say(format!(
+                "still building: {compiled} crates compiled, the last {name}"
+            ));
+        }
+    }
+    compiled
 }
 
 /// Where [`build`] leaves `which` binaries: `CARGO_TARGET_DIR`, else the project's (or this
@@ -312,4 +366,38 @@ pub fn binaries_dir(which: Binaries) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| which.root().join("target"), PathBuf::from)
         .join("debug")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_build_away_from_a_terminal_says_how_far_it_got() {
+        let messages = [
+            r#"{"reason":"compiler-artifact","fresh":true,"target":{"name":"serde"}}"#,
+            r#"{"reason":"build-script-executed"}"#,
+            "not JSON",
+            r#"{"reason":"compiler-artifact","fresh":false,"target":{"name":"tokio"}}"#,
+            r#"{"reason":"compiler-artifact","fresh":false,"target":{"name":"claimonce"}}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        let mut said = Vec::new();
+        let compiled = progress(messages.as_bytes(), Duration::ZERO, |l| said.push(l));
+        assert_eq!(compiled, 2);
+        assert_eq!(
+            said,
+            [
+                "still building: 1 crates compiled, the last tokio",
+                "still building: 2 crates compiled, the last claimonce",
+            ]
+        );
+        let mut quiet = Vec::new();
+        progress(messages.as_bytes(), Duration::from_secs(3600), |l| {
+            quiet.push(l)
+        });
+        assert!(quiet.is_empty(), "{quiet:?}");
+    }
 }
