@@ -9,6 +9,24 @@ use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::metrics::Metric;
 
+/// A scheduled job: one run per invocation, within a budget that ends its margin before the
+/// invocation's deadline, answered with its report. `lambda::serve_job` serves one.
+pub trait Job: Sync {
+    /// What a run did: the invocation's answer, as JSON.
+    type Report: serde::Serialize + Send;
+
+    /// Kept before the invocation's deadline: the longest unit of work and the report.
+    fn margin(&self) -> Duration;
+
+    /// One run within `budget`, for the invocation's `event` (the schedule's, or an operator's
+    /// with options). A failure was logged; the invocation answers it as an error.
+    fn run(
+        &self,
+        budget: Budget,
+        event: serde_json::Value,
+    ) -> impl std::future::Future<Output = Result<Self::Report, JobFailed>> + Send;
+}
+
 /// When a job must stop starting new units of work.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {

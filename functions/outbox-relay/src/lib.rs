@@ -32,8 +32,8 @@ use claimonce::fault::Point;
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
 use serde::Serialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -219,8 +219,8 @@ impl Default for Options {
     }
 }
 
-/// What one run did.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// What one run did: the invocation's answer, but for the error.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Report {
     /// Rows sent and marked.
     pub dispatched: u64,
@@ -236,21 +236,8 @@ pub struct Report {
     /// Rows set aside after their last allowed attempt and not requeued, after the run.
     pub set_aside: u64,
     /// Why the run stopped early (database trouble), data-free.
+    #[serde(skip)]
     pub error: Option<String>,
-}
-
-impl Report {
-    /// The invocation's result.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "dispatched": self.dispatched,
-            "failed": self.failed,
-            "batches": self.batches,
-            "finished": self.finished,
-            "oldest_pending_seconds": self.oldest_pending_seconds,
-            "set_aside": self.set_aside,
-        })
-    }
 }
 
 // Rows after the run's cursor, in id order, skipping any another relay holds, any set aside,
@@ -611,6 +598,18 @@ impl<D: Dispatch> Relay<D> {
     }
 }
 
+impl<D: Dispatch + Sync> claimonce::scheduled::Job for Relay<D> {
+    type Report = Report;
+
+    fn margin(&self) -> Duration {
+        Relay::margin(self)
+    }
+
+    async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {
+        Relay::run(self, &budget).await
+    }
+}
+
 /// The whole of the function's `main`: settings, options and the SQS dispatcher from the
 /// environment (a bad value is one logged line naming the variable), then one relay run per
 /// invocation, budgeted by the invocation's deadline.
@@ -629,12 +628,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         ))
     }
     .await;
-    let relay = log.config(built)?;
-    let relay = &relay;
-    claimonce::lambda::serve_scheduled(relay.margin(), move |budget, _event| async move {
-        Ok(relay.run(&budget).await?.to_json())
-    })
-    .await
+    claimonce::lambda::serve_job(built).await
 }
 
 #[cfg(test)]

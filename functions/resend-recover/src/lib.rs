@@ -152,13 +152,6 @@ pub struct Report {
     pub error: Option<String>,
 }
 
-impl Report {
-    /// The invocation's answer.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
 /// The recover function in one execution environment.
 #[derive(Debug)]
 pub struct Recoverer {
@@ -391,7 +384,7 @@ impl Recoverer {
     }
 
     fn write(&self, report: &Report, started: Instant) {
-        let line = match report.to_json() {
+        let line = match serde_json::to_value(report).unwrap_or(Value::Null) {
             Value::Object(map) => map,
             _ => Map::new(),
         };
@@ -413,6 +406,20 @@ impl Recoverer {
     }
 }
 
+impl claimonce::scheduled::Job for Recoverer {
+    type Report = Report;
+
+    fn margin(&self) -> Duration {
+        Recoverer::margin(self)
+    }
+
+    async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {
+        // Boxed: the run's future is deep (HTTP client, database driver) and its layout
+        // otherwise overflows the compiler's query depth inside the runtime's service.
+        Box::pin(Recoverer::run(self, &budget)).await
+    }
+}
+
 /// The whole of the function's `main`: the key, the webhook, the API and the policy from the
 /// environment (a bad value is one line naming the variable, and the process ends before any
 /// invocation), then one run per invocation.
@@ -429,12 +436,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         Recoverer::new(api, ApiKey::new(&key), webhook_id, policy, log.clone())
     }
     .await;
-    let recoverer = log.config(built)?;
-    let recoverer = &recoverer;
-    claimonce::lambda::serve_scheduled(recoverer.margin(), move |budget, _event| async move {
-        Ok(Box::pin(recoverer.run(&budget)).await?.to_json())
-    })
-    .await
+    claimonce::lambda::serve_job(built).await
 }
 
 #[cfg(test)]

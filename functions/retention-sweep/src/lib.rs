@@ -26,7 +26,8 @@ use claimonce::db::{Settings, Timeouts};
 use claimonce::fault::Point;
 use claimonce::log::Log;
 use claimonce::scheduled::{self, Budget, JobFailed, Metric};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 mod registered {
@@ -181,8 +182,8 @@ fn check_days(days: u32) -> Result<(), ConfigError> {
     }
 }
 
-/// What one run did.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// What one run did: the invocation's answer, but for the error.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Report {
     /// Ledger rows removed.
     pub removed: u64,
@@ -194,19 +195,8 @@ pub struct Report {
     /// batch failed) first, and the next run goes on.
     pub finished: bool,
     /// Why the run stopped early, data-free (category and SQLSTATE).
+    #[serde(skip)]
     pub error: Option<String>,
-}
-
-impl Report {
-    /// The invocation's result: `{removed, outbox_removed, batches, finished}`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "removed": self.removed,
-            "outbox_removed": self.outbox_removed,
-            "batches": self.batches,
-            "finished": self.finished,
-        })
-    }
 }
 
 /// The tables the sweep prunes, in order: the ledger for the providers a condition names.
@@ -456,6 +446,18 @@ impl Sweeper {
     }
 }
 
+impl claimonce::scheduled::Job for Sweeper {
+    type Report = Report;
+
+    fn margin(&self) -> Duration {
+        Sweeper::margin(self)
+    }
+
+    async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {
+        Sweeper::run(self, &budget).await
+    }
+}
+
 /// The whole of the function's `main`: settings and policy from the environment (a bad value
 /// is one logged line naming the variable, and the process ends before any invocation), then
 /// one sweep per invocation, budgeted by the invocation's deadline.
@@ -472,12 +474,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         ))
     }
     .await;
-    let sweeper = log.config(built)?;
-    let sweeper = &sweeper;
-    claimonce::lambda::serve_scheduled(sweeper.margin(), move |budget, _event| async move {
-        Ok(sweeper.run(&budget).await?.to_json())
-    })
-    .await
+    claimonce::lambda::serve_job(built).await
 }
 
 #[cfg(test)]

@@ -208,13 +208,6 @@ pub struct Report {
     pub error: Option<String>,
 }
 
-impl Report {
-    /// The invocation's answer.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
 /// Which of Stripe's lists of events a listing reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -668,7 +661,7 @@ impl Recoverer {
 
     fn write(&self, report: &Report, window: Window, started: Instant) {
         // The line is the invocation's answer, and the window it looked back over.
-        let answer = match report.to_json() {
+        let answer = match serde_json::to_value(report).unwrap_or(Value::Null) {
             Value::Object(map) => map,
             _ => Map::new(),
         };
@@ -714,6 +707,28 @@ fn stripe_error(body: &[u8]) -> String {
     }
 }
 
+impl claimonce::scheduled::Job for Recoverer {
+    type Report = Report;
+
+    fn margin(&self) -> Duration {
+        Recoverer::margin(self)
+    }
+
+    /// An operator's event may name its own look-back (`lookback_hours`).
+    async fn run(&self, budget: Budget, event: Value) -> Result<Report, JobFailed> {
+        let window = self
+            .window
+            .for_invocation(&event)
+            .map_err(|reason| JobFailed {
+                job: "stripe-recover",
+                reason,
+            })?;
+        // Boxed: the run's future is deep (HTTP client, database driver) and its layout
+        // otherwise overflows the compiler's query depth inside the runtime's service.
+        Box::pin(Recoverer::run(self, &budget, window)).await
+    }
+}
+
 /// The whole of the function's `main`: the key, the API, the window and the database from the
 /// environment (a bad value is one line naming the variable, and the process ends before any
 /// invocation), then one run per invocation.
@@ -735,15 +750,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         )
     }
     .await;
-    let recoverer = log.config(built)?;
-    let recoverer = &recoverer;
-    claimonce::lambda::serve_scheduled(recoverer.margin(), move |budget, event| async move {
-        let window = recoverer.window.for_invocation(&event)?;
-        // Boxed: the run's future is deep (HTTP client, database driver) and its layout
-        // otherwise overflows the compiler's query depth inside the runtime's service.
-        Ok(Box::pin(recoverer.run(&budget, window)).await?.to_json())
-    })
-    .await
+    claimonce::lambda::serve_job(built).await
 }
 
 #[cfg(test)]

@@ -72,12 +72,10 @@ pub fn begin(context: &lambda_runtime::Context) {
     crate::log::begin(invocation(context));
 }
 
-// The jobs', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 /// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
 /// schedule, or an operator's `aws lambda invoke --payload`) gets a budget ending `margin`
 /// before its deadline and the event, and is answered with the report `job` returns.
-pub async fn serve_scheduled<F, Fut>(
+async fn serve_scheduled<F, Fut>(
     margin: std::time::Duration,
     job: F,
 ) -> Result<(), lambda_runtime::Error>
@@ -94,6 +92,22 @@ where
             )
         },
     ))
+    .await
+}
+
+// The jobs', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
+/// A scheduled job's whole `main`: the job as built (a configuration error is logged and ends
+/// the process), then one run per invocation, its report the answer.
+pub async fn serve_job<J: crate::scheduled::Job>(
+    built: Result<J, crate::config::ConfigError>,
+) -> Result<(), lambda_runtime::Error> {
+    let job = crate::log::Log::process().config(built)?;
+    let job = &job;
+    serve_scheduled(job.margin(), move |budget, event| async move {
+        let report = job.run(budget, event).await?;
+        Ok(serde_json::to_value(report)?)
+    })
     .await
 }
 
