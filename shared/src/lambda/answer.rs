@@ -90,6 +90,58 @@ impl Payload {
     }
 }
 
+/// The answer to an SQS event: the messages that were not applied, to be received again
+/// (Lambda's partial batch response, `ReportBatchItemFailures`).
+#[derive(Debug, Default, Serialize)]
+pub struct BatchResponse {
+    #[serde(rename = "batchItemFailures")]
+    failures: Vec<ItemFailure>,
+}
+
+#[derive(Debug, Serialize)]
+struct ItemFailure {
+    #[serde(rename = "itemIdentifier")]
+    item_identifier: String,
+}
+
+impl BatchResponse {
+    fn fail(&mut self, message_id: &str) {
+        self.failures.push(ItemFailure {
+            item_identifier: message_id.to_owned(),
+        });
+    }
+
+    /// The answer naming `again`, the message ids to receive again.
+    pub(crate) fn receive_again<'a>(again: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut response = Self::default();
+        for id in again {
+            response.fail(id);
+        }
+        response
+    }
+
+    /// Every record of a batch that cannot be read failed: each id that can be named, or,
+    /// with none, the whole batch, through the one answer Lambda documents as a complete
+    /// failure of a partial batch response, an empty item identifier. Anything else that is
+    /// not a partial batch response (an API Gateway answer, say) Lambda takes as a complete
+    /// success, deleting what was never applied.
+    pub(crate) fn all_failed(ids: &[String]) -> Self {
+        let mut response = Self::default();
+        if ids.is_empty() {
+            response.fail("");
+        }
+        for id in ids {
+            response.fail(id);
+        }
+        response
+    }
+
+    /// The message ids reported as failed.
+    pub fn failed(&self) -> impl Iterator<Item = &str> {
+        self.failures.iter().map(|f| f.item_identifier.as_str())
+    }
+}
+
 // The jobs' and tests', not a provider crate's: out of the documented surface.
 #[doc(hidden)]
 /// The answer to one invocation.
@@ -99,5 +151,5 @@ pub enum Answer {
     /// An API Gateway response payload.
     Http(Payload),
     /// A partial batch response to an SQS event.
-    Batch(crate::sqs::BatchResponse),
+    Batch(BatchResponse),
 }

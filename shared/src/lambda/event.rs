@@ -37,7 +37,8 @@ pub const MAX_HEADERS: usize = 1000;
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Incoming {
     Http(Format, Request),
-    Spilled(Vec<crate::sqs::Record>),
+    /// An SQS batch: the spill queue's records, or the event queue's (EventBridge).
+    Queued(Vec<crate::sqs::Record>),
     /// An SQS batch whose records cannot all be read: the message ids that can be.
     UnreadableBatch(Vec<String>),
 }
@@ -117,7 +118,7 @@ impl<'a> Event<'a> {
         if let Some(records) = self.records.filter(|r| r.get() != "null") {
             return Ok(serde_json::from_str(records.get()).map_or_else(
                 |_| Incoming::UnreadableBatch(message_ids(records)),
-                Incoming::Spilled,
+                Incoming::Queued,
             ));
         }
         let (context_method, request_id) = match self.request_context {
@@ -496,7 +497,7 @@ mod tests {
         );
 
         let batch = r#"{"Records":[{"messageId":"m-1","body":"x","eventSourceARN":"arn:aws:sqs:eu-west-1:1:q"}]}"#;
-        let Ok(Incoming::Spilled(records)) = as_the_runtime_reads(batch) else {
+        let Ok(Incoming::Queued(records)) = as_the_runtime_reads(batch) else {
             panic!("not read as a batch");
         };
         assert_eq!(records.len(), 1);

@@ -15,7 +15,7 @@ mod event;
 pub(crate) mod from_env;
 mod runtime;
 
-pub use self::answer::{Answer, Payload};
+pub use self::answer::{Answer, BatchResponse, Payload};
 pub use self::event::MAX_HEADERS;
 use self::event::{ApiRequestId, Format, Incoming, not_an_api_gateway_event, read};
 pub use self::runtime::{Concurrency, begin, serve, serve_job};
@@ -44,8 +44,14 @@ async fn answer<P: Provider>(
     deadline: Option<tokio::time::Instant>,
 ) -> Answer {
     match read {
-        Ok(Incoming::Spilled(records)) => Answer::Batch(receiver.drain(&records, deadline).await),
-        Ok(Incoming::UnreadableBatch(ids)) => Answer::Batch(receiver.unreadable_batch(&ids)),
+        Ok(Incoming::Queued(records)) => {
+            let again = receiver.drain(&records, deadline).await;
+            Answer::Batch(BatchResponse::receive_again(again))
+        }
+        Ok(Incoming::UnreadableBatch(ids)) => {
+            receiver.unreadable_batch(ids.len());
+            Answer::Batch(BatchResponse::all_failed(&ids))
+        }
         read => Answer::Http(respond(receiver, started, read).await),
     }
 }
@@ -62,7 +68,7 @@ async fn respond<P: Provider>(
             let request_id = request_id.map(|id| id.0.as_str());
             Payload::of(format, receiver.webhook(&request, request_id).await)
         }
-        Ok(Incoming::Spilled(_) | Incoming::UnreadableBatch(_)) => Payload::of(
+        Ok(Incoming::Queued(_) | Incoming::UnreadableBatch(_)) => Payload::of(
             Format::V1,
             receiver.unreadable(started, not_an_api_gateway_event()),
         ),

@@ -13,7 +13,7 @@ impl<P: Provider> Receiver<P> {
     /// the claim stores no payload fingerprint: the JSON is EventBridge's, not the bytes a
     /// webhook carried. An event that also arrived by webhook is a duplicate under the same
     /// ledger key.
-    pub(super) async fn bridged<'r>(
+    pub(super) async fn event_queue_record<'r>(
         &self,
         bridge: &Bridge,
         record: &'r crate::sqs::Record,

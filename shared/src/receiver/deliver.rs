@@ -101,7 +101,7 @@ impl<P: Provider> Receiver<P> {
             Ok(completed) => completed,
             Err(outcome) => return Delivered::Settled(outcome),
         };
-        match self.settle(&parsed, fingerprint).await {
+        match self.claim_and_apply(&parsed, fingerprint).await {
             Ok(disposition) => Delivered::Settled(Outcome::of(parsed, disposition)),
             Err(e) => match e.unavailable() {
                 Some(reason) => Delivered::Unavailable {
@@ -168,7 +168,7 @@ impl<P: Provider> Receiver<P> {
 
     /// The claim and the effect of a parsed event, on the database: processed, ignored or
     /// duplicate, or why it failed.
-    async fn settle(
+    async fn claim_and_apply(
         &self,
         parsed: &Parsed<P::Event>,
         payload_sha256: Option<[u8; 32]>,

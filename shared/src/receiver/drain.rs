@@ -33,12 +33,12 @@ impl<P: Provider> Receiver<P> {
     /// before it: the database's (connect, delivery, a cancel's wait) for every record, and the
     /// sender's API's too for one its provider completes from the API. The rest are reported
     /// failed, untried, before the deadline: received again, never lost with the batch.
-    pub(crate) async fn drain(
+    pub(crate) async fn drain<'r>(
         &self,
-        records: &[crate::sqs::Record],
+        records: &'r [crate::sqs::Record],
         deadline: Option<tokio::time::Instant>,
-    ) -> crate::sqs::BatchResponse {
-        let mut response = crate::sqs::BatchResponse::default();
+    ) -> Vec<&'r str> {
+        let mut again = Vec::new();
         let budget = deadline.map(|d| crate::scheduled::Budget::until(d.into_std()));
         let mut batch = Batch::within(budget);
         // The event queues' records proven to have come off them, before any is claimed: one
@@ -60,7 +60,7 @@ impl<P: Provider> Receiver<P> {
             if n > 0
                 && let Err(injected) = crate::fault::hit(crate::fault::Point::DrainRecord).await
             {
-                response.fail(&record.message_id);
+                again.push(record.message_id.as_str());
                 let failed = Outcome::failed(injected.to_string());
                 let via = Via::Spill {
                     sqs_message_id: &record.message_id,
@@ -71,7 +71,7 @@ impl<P: Provider> Receiver<P> {
                 continue;
             }
             if !batch.fits(self.bounds(false)) {
-                response.fail(&record.message_id);
+                again.push(record.message_id.as_str());
                 self.log_untried(record);
                 continue;
             }
@@ -82,8 +82,9 @@ impl<P: Provider> Receiver<P> {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
                     let proof = proof.unwrap_or_else(|| Err("it was not asked of SQS".into()));
-                    (outcome, eventbridge_id) =
-                        self.bridged(bridge, record, proof, &mut batch).await;
+                    (outcome, eventbridge_id) = self
+                        .event_queue_record(bridge, record, proof, &mut batch)
+                        .await;
                     let via = Via::EventBridge {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -92,7 +93,8 @@ impl<P: Provider> Receiver<P> {
                     (outcome, via)
                 }
                 _ => {
-                    let (outcome, queued_seconds) = self.drained(record, &mut batch).await;
+                    let (outcome, queued_seconds) =
+                        self.spill_queue_record(record, &mut batch).await;
                     let via = Via::Spill {
                         sqs_message_id: &record.message_id,
                         receive_count,
@@ -103,22 +105,21 @@ impl<P: Provider> Receiver<P> {
             };
             let outcome = outcome.at_answer().await;
             if !outcome.disposition.applied() {
-                response.fail(&record.message_id);
+                again.push(record.message_id.as_str());
             }
             self.log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
         }
-        response
+        again
     }
 
-    /// Logs an SQS batch that cannot be read and reports every record of it failed: how many
+    /// Logs an SQS batch that cannot be read (every record of it is received again): how many
     /// of its records could be named, nothing of their contents.
-    pub(crate) fn unreadable_batch(&self, ids: &[String]) -> crate::sqs::BatchResponse {
+    pub(crate) fn unreadable_batch(&self, named_records: usize) {
         self.log.write(
             Level::Error,
             "an SQS batch that cannot be read: every record reported failed",
-            crate::fields! { named_records: ids.len() },
+            crate::fields! { named_records: named_records },
         );
-        crate::sqs::BatchResponse::all_failed(ids)
     }
 
     /// A record left untried because the invocation's deadline is too near: one WARN line, by
@@ -132,7 +133,7 @@ impl<P: Provider> Receiver<P> {
     }
 
     /// One spilled delivery's outcome, and how long since it first arrived once it was read.
-    async fn drained(
+    async fn spill_queue_record(
         &self,
         record: &crate::sqs::Record,
         batch: &mut Batch,

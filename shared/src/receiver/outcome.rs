@@ -139,70 +139,100 @@ pub(crate) enum Via<'a> {
     SenderApi,
 }
 
-impl<P: Provider> Receiver<P> {
-    /// Logs an event's one line: `delivery` (at ERROR only for our own failure: a refused
-    /// webhook is the sender's), `drained`, `bridged` or `recovered` (at ERROR whenever it was
-    /// not applied: it will come back, or is left for an operator; at WARN for a queued event
-    /// that waits for the database, which is what the queue is for).
-    pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
-        let disposition = outcome.disposition.name();
-        let (mut request_id, mut status, mut problem) = (None, None, None);
-        let (mut sqs_message_id, mut receive_count) = (None, None);
-        let (mut queued_seconds, mut eventbridge_id) = (None, None);
-        let (mut delivery, mut drained) = (None, None);
-        let (message, level) = match via {
-            Via::Webhook { request_id: id } => {
-                request_id = id;
-                status = Some(outcome.disposition.status().as_u16());
-                if let Disposition::Rejected(r) = &outcome.disposition {
-                    problem = Some(r.problem.slug());
-                }
-                delivery = Some(metrics::Delivery::new(P::NAME, disposition, latency_ms));
-                let error = matches!(outcome.disposition, Disposition::Error);
-                ("delivery", error)
-            }
-            Via::Spill {
-                sqs_message_id: id,
-                receive_count: count,
-                queued_seconds: queued,
-            } => {
-                (sqs_message_id, receive_count, queued_seconds) = (Some(id), Some(count), queued);
-                drained = Some(metrics::Drained::new(P::NAME, disposition));
-                ("drained", !outcome.disposition.applied())
-            }
-            Via::EventBridge {
-                sqs_message_id: id,
-                receive_count: count,
-                eventbridge_id: bridged,
-            } => {
-                (sqs_message_id, receive_count, eventbridge_id) = (Some(id), Some(count), bridged);
-                ("bridged", !outcome.disposition.applied())
-            }
-            Via::SenderApi => ("recovered", !outcome.disposition.applied()),
+impl Via<'_> {
+    /// The line's message.
+    fn message(&self) -> &'static str {
+        match self {
+            Via::Webhook { .. } => "delivery",
+            Via::Spill { .. } => "drained",
+            Via::EventBridge { .. } => "bridged",
+            Via::SenderApi => "recovered",
+        }
+    }
+
+    /// The line's level for `outcome`: ERROR for our own failure (a refused webhook is the
+    /// sender's; an event that arrived any other way and was not applied will come back, or
+    /// is left for an operator), WARN for a queued event that waits for the database, which
+    /// is what the queue is for; INFO otherwise.
+    fn level(&self, outcome: &Outcome) -> Level {
+        let failed = match self {
+            Via::Webhook { .. } => matches!(outcome.disposition, Disposition::Error),
+            _ => !outcome.disposition.applied(),
         };
-        let queued = matches!(via, Via::Spill { .. } | Via::EventBridge { .. });
-        let level = match (level, queued && outcome.waits_for_database) {
+        let queued = matches!(self, Via::Spill { .. } | Via::EventBridge { .. });
+        match (failed, queued && outcome.waits_for_database) {
             (false, _) => Level::Info,
             (true, true) => Level::Warn,
             (true, false) => Level::Error,
-        };
+        }
+    }
+}
+
+/// What a line's way in writes into it: its own ids, the answer, and its metric.
+struct ViaFields<'v, 'o> {
+    via: Via<'v>,
+    outcome: &'o Outcome,
+    provider: &'static str,
+    latency_ms: f64,
+}
+
+impl crate::log::Fields for ViaFields<'_, '_> {
+    fn entries<M: crate::log::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        let disposition = self.outcome.disposition.name();
+        match self.via {
+            Via::Webhook { request_id } => {
+                if let Some(id) = request_id {
+                    map.serialize_entry("request_id", id)?;
+                }
+                let status = self.outcome.disposition.status().as_u16();
+                map.serialize_entry("status", &status)?;
+                if let Disposition::Rejected(r) = &self.outcome.disposition {
+                    map.serialize_entry("problem", r.problem.slug())?;
+                }
+                metrics::Delivery::new(self.provider, disposition, self.latency_ms).entries(map)
+            }
+            Via::Spill {
+                sqs_message_id,
+                receive_count,
+                queued_seconds,
+            } => {
+                map.serialize_entry("sqs_message_id", sqs_message_id)?;
+                map.serialize_entry("receive_count", &receive_count)?;
+                if let Some(queued) = queued_seconds {
+                    map.serialize_entry("queued_seconds", &queued)?;
+                }
+                metrics::Drained::new(self.provider, disposition).entries(map)
+            }
+            Via::EventBridge {
+                sqs_message_id,
+                receive_count,
+                eventbridge_id,
+            } => {
+                map.serialize_entry("sqs_message_id", sqs_message_id)?;
+                if let Some(id) = eventbridge_id {
+                    map.serialize_entry("eventbridge_id", id)?;
+                }
+                map.serialize_entry("receive_count", &receive_count)
+            }
+            Via::SenderApi => Ok(()),
+        }
+    }
+}
+
+impl<P: Provider> Receiver<P> {
+    /// Logs an event's one line, as its way in names it ([`Via`]): `delivery`, `drained`,
+    /// `bridged` or `recovered`.
+    pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
         let line = crate::fields! {
             provider: P::NAME,
-            request_id: request_id,
-            sqs_message_id: sqs_message_id,
-            eventbridge_id: eventbridge_id,
             event_id: outcome.event_id.as_ref().map(EventId::as_str),
             event_type: outcome.event_type.as_deref(),
             delivery_id: outcome.delivery_id.as_ref().map(EventId::as_str),
-            disposition: disposition,
-            status: status,
-            problem: problem,
-            receive_count: receive_count,
-            queued_seconds: queued_seconds,
+            disposition: outcome.disposition.name(),
             error: outcome.error.as_deref(),
             latency_ms: latency_ms;
-            ..(delivery, drained)
+            ..ViaFields { via, outcome, provider: P::NAME, latency_ms }
         };
-        self.log.write(level, message, line);
+        self.log.write(via.level(outcome), via.message(), line);
     }
 }

@@ -6,7 +6,7 @@
 pub mod body;
 pub(crate) mod receipt;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// One record of an SQS event, as Lambda's event source mapping hands it over: the parts the
 /// drain reads.
@@ -123,49 +123,6 @@ impl QueueName {
     /// True when `arn` names this queue.
     pub(crate) fn is(&self, arn: Option<&str>) -> bool {
         arn.and_then(Self::from_arn).as_ref() == Some(self)
-    }
-}
-
-/// The answer to an SQS event: the messages that were not applied, to be received again
-/// (Lambda's partial batch response, `ReportBatchItemFailures`).
-#[derive(Debug, Default, Serialize)]
-pub struct BatchResponse {
-    #[serde(rename = "batchItemFailures")]
-    failures: Vec<ItemFailure>,
-}
-
-#[derive(Debug, Serialize)]
-struct ItemFailure {
-    #[serde(rename = "itemIdentifier")]
-    item_identifier: String,
-}
-
-impl BatchResponse {
-    pub(crate) fn fail(&mut self, message_id: &str) {
-        self.failures.push(ItemFailure {
-            item_identifier: message_id.to_owned(),
-        });
-    }
-
-    /// Every record of a batch that cannot be read failed: each id that can be named, or,
-    /// with none, the whole batch, through the one answer Lambda documents as a complete
-    /// failure of a partial batch response, an empty item identifier. Anything else that is
-    /// not a partial batch response (an API Gateway answer, say) Lambda takes as a complete
-    /// success, deleting what was never applied.
-    pub(crate) fn all_failed(ids: &[String]) -> Self {
-        let mut response = Self::default();
-        if ids.is_empty() {
-            response.fail("");
-        }
-        for id in ids {
-            response.fail(id);
-        }
-        response
-    }
-
-    /// The message ids reported as failed.
-    pub fn failed(&self) -> impl Iterator<Item = &str> {
-        self.failures.iter().map(|f| f.item_identifier.as_str())
     }
 }
 
