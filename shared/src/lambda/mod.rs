@@ -18,7 +18,7 @@ mod runtime;
 pub use self::answer::{Answer, BatchResponse, Payload};
 pub use self::event::MAX_HEADERS;
 use self::event::{ApiRequestId, Format, Incoming, not_an_api_gateway_event, read};
-pub use self::runtime::{Concurrency, begin, serve, serve_job};
+pub use self::runtime::{begin, serve_job};
 use crate::provider::Provider;
 use crate::receiver::Receiver;
 use crate::response::Rejection;

@@ -13,7 +13,7 @@ use crate::receiver::Receiver;
 /// How many invocations one execution environment serves at once, and how many database
 /// connections it may hold for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Concurrency {
+pub(crate) struct Concurrency {
     /// Invocations at once: `AWS_LAMBDA_MAX_CONCURRENCY`, which Lambda sets on Managed
     /// Instances (`PerExecutionEnvironmentMaxConcurrency`); unset, one, as on classic Lambda.
     pub invocations: usize,
@@ -146,7 +146,7 @@ fn deadline<P: Provider>(
 /// invocation. That ends the process quietly, with one info line instead of an `Error:` that
 /// reads as a failed invocation; Lambda would start a new environment either way, whatever
 /// the exit status.
-pub async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
+pub(crate) async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
     // The runtime reads the same variable to decide how many invocations it polls for.
     let concurrency = Concurrency::from_env()?;
     let at_once = concurrency.invocations > 1;

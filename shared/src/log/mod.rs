@@ -357,7 +357,7 @@ impl Log {
 type Line<'a> = serde_json::ser::Compound<'a, Vec<u8>, serde_json::ser::CompactFormatter>;
 
 /// `time` as RFC 3339 in UTC with milliseconds: `2026-11-30T20:31:02.123Z`.
-pub fn rfc3339_millis(time: SystemTime) -> String {
+pub(crate) fn rfc3339_millis(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
     let millis = i64::from(since.subsec_millis());

@@ -51,7 +51,7 @@ impl<P: Provider> Receiver<P> {
     /// one longer than the function may run, leaves a statement the client gave up on running
     /// on the server behind RDS Proxy, which cancels nothing: an ERROR line naming the login,
     /// with the `UnboundedStatements` metric. Returns true when it logged that.
-    pub fn check_statement_bound(&self, function_timeout: std::time::Duration) -> bool {
+    pub(crate) fn check_statement_bound(&self, function_timeout: std::time::Duration) -> bool {
         let Some(bound) = self.statement_bound.get() else {
             return false;
         };
