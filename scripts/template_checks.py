@@ -261,6 +261,145 @@ def logins_rule_refuses_a_shared_job_login(template):
     return bad
 
 
+def condition_holds(template, name, values):
+    """A condition of `template` evaluated with the parameters `values` (Ref of another is its
+    Default); None for a function this evaluator does not know."""
+    conditions = template.get("Conditions", {})
+    params = template.get("Parameters", {})
+
+    def ev(node):
+        if isinstance(node, list):
+            return [ev(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        (key, arg), = node.items()
+        if key == "Ref":
+            return str(values.get(arg, params.get(arg, {}).get("Default", arg)))
+        if key == "Condition":
+            return ev(conditions[arg])
+        if key == "Fn::Equals":
+            return str(ev(arg[0])) == str(ev(arg[1]))
+        if key == "Fn::Not":
+            return not ev(arg[0])
+        if key == "Fn::And":
+            return all(ev(a) for a in arg)
+        if key == "Fn::Or":
+            return any(ev(a) for a in arg)
+        if key == "Fn::Join":
+            return arg[0].join(str(x) for x in ev(arg[1]))
+        if key == "Fn::Select":
+            return ev(arg[1])[int(arg[0])]
+        raise ValueError(key)
+    return True if name is None else ev(conditions[name])
+
+
+# What AWS's "Networking for Lambda Managed Instances" lists as the instances' own need: "the
+# connectivity is also needed for transmitting telemetry data to CloudWatch Logs and X-Ray"
+# (https://docs.aws.amazon.com/lambda/latest/dg/lambda-managed-instances-networking.html);
+# the rest are the AWS services the receivers call (SQS, Secrets Manager) and S3, the
+# migrations' answer.
+MANAGED_INSTANCES_REACH = ("logs", "xray", "sqs", "secretsmanager", "s3")
+
+
+def managed_instances_reach_what_aws_lists(quickstart, main):
+    """A network with no NAT and no internet gateway (the quick start's) must carry, for
+    Lambda Managed Instances, a VPC endpoint of every service in MANAGED_INSTANCES_REACH, each
+    existing when CreateVpcEndpoints=true and ManagedInstances=true."""
+    kinds = {b.get("Type") for b in quickstart.get("Resources", {}).values()}
+    if kinds & {"AWS::EC2::NatGateway", "AWS::EC2::InternetGateway"}:
+        return []
+    values = {"CreateVpcEndpoints": "true", "ManagedInstances": "true", "VpcId": "vpc-1",
+              "RouteTableIds": "rtb-1"}
+    present = set()
+    for name, body in main.get("Resources", {}).items():
+        if body.get("Type") != "AWS::EC2::VPCEndpoint":
+            continue
+        service = json.dumps(body.get("Properties", {}).get("ServiceName"))
+        found = re.search(r"\.([a-z0-9-]+)\W*$", service)
+        if found and condition_holds(main, body.get("Condition"), values):
+            present.add(found.group(1))
+    return [f"no {service} VPC endpoint with CreateVpcEndpoints=true and ManagedInstances=true "
+            "(AWS's Managed Instances networking page: telemetry to CloudWatch Logs and X-Ray; "
+            "and the services the functions call)"
+            for service in MANAGED_INSTANCES_REACH if service not in present]
+
+
+# Lambda's quota: "4 KB, for all environment variables associated with the function, in
+# aggregate" (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+ENVIRONMENT_LIMIT = 4096
+# The longest a value can be where a parameter states no MaxLength: a Secrets Manager ARN of a
+# name of at most 512 characters (Secrets Manager quotas,
+# https://docs.aws.amazon.com/secretsmanager/latest/userguide/reference_limits.html) with its
+# prefix in the longest partition and region and the 7 characters appended; a DNS name's 253.
+UNSTATED = {"SecretArn": 600, "DbProxyEndpoint": 253}
+
+
+def environment_within_lambda_limit(template, function="StripeRecoverFunction"):
+    """The function's variables, the Globals' with them, at their longest (each key, its value
+    and 6 characters of JSON around them) fit Lambda's 4 KB."""
+    params = template.get("Parameters", {})
+    bad = []
+
+    def longest(value, key):
+        if isinstance(value, (str, int, float, bool)):
+            return len(str(value))
+        if isinstance(value, dict) and "Ref" in value:
+            name = value["Ref"]
+            spec = params.get(name)
+            if spec is None:
+                return 0 if name == "AWS::NoValue" else 64
+            if "MaxLength" in spec:
+                return int(spec["MaxLength"])
+            if "AllowedValues" in spec:
+                return max(len(str(v)) for v in spec["AllowedValues"])
+            bound = re.search(r"\{0,(\d+)\}\$$", spec.get("AllowedPattern", ""))
+            if bound:
+                return int(bound.group(1)) + 1
+            for suffix, length in UNSTATED.items():
+                if name.endswith(suffix):
+                    return length
+            bad.append(f"{function}: {key} takes {name}, whose length nothing bounds")
+            return 0
+        if isinstance(value, dict) and "Fn::If" in value:
+            return max(longest(v, key) for v in value["Fn::If"][1:])
+        if isinstance(value, dict) and "Fn::GetAtt" in value:
+            return 20  # a schema version: an integer
+        bad.append(f"{function}: {key} is {json.dumps(value)[:60]}, whose length is not known")
+        return 0
+
+    variables = dict(template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {}))
+    body = template.get("Resources", {}).get(function)
+    if body is None:
+        return [f"no {function}"]
+    variables.update(body.get("Properties", {}).get("Environment", {}).get("Variables", {}))
+    total = sum(len(k) + longest(v, k) + 6 for k, v in variables.items())
+    if total > ENVIRONMENT_LIMIT:
+        bad.append(f"{function}: its variables take up to {total} bytes, over Lambda's {ENVIRONMENT_LIMIT}")
+    return bad
+
+
+def max_vcpu_holds_one_receiver(template):
+    """ManagedInstancesMaxVCpu's least value holds one receiver's least environments: its
+    MinExecutionEnvironments, each of MemorySize / ExecutionEnvironmentMemoryGiBPerVCpu vCPUs.
+    (Rules cannot compare numbers, so more receivers are the description's to say.)"""
+    least = template.get("Parameters", {}).get("ManagedInstancesMaxVCpu", {}).get("MinValue")
+    defaults = template.get("Globals", {}).get("Function", {})
+    bad = []
+    for name, body in template.get("Resources", {}).items():
+        props = body.get("Properties", {})
+        config = props.get("CapacityProviderConfig")
+        if body.get("Type") != "AWS::Serverless::Function" or not isinstance(config, dict):
+            continue
+        memory = props.get("MemorySize", defaults.get("MemorySize", 2048))
+        per_vcpu = config.get("ExecutionEnvironmentMemoryGiBPerVCpu", 2)
+        environments = props.get("FunctionScalingConfig", {}).get("MinExecutionEnvironments", 3)
+        need = environments * (memory / 1024) / per_vcpu
+        if least is None or float(least) < need:
+            bad.append(f"ManagedInstancesMaxVCpu may be {least}, below the {need:g} vCPUs "
+                       f"{name}'s {environments} environments need")
+    return bad
+
+
 def name_length(value, stack_length):
     """The longest a name may be, with the stack's name stack_length long; None when it is not
     built from the stack's name."""
@@ -354,6 +493,9 @@ def check(quickstart, main, load, texts, stated):
         "deploy commands deploy the built template": deploy_commands_deploy_the_built_template(texts),
         "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(main),
         "the logins rule refuses a shared job login": logins_rule_refuses_a_shared_job_login(main),
+        "Managed Instances reach what AWS lists": managed_instances_reach_what_aws_lists(quickstart, main),
+        "stripe-recover's variables fit Lambda's 4 KB": environment_within_lambda_limit(main),
+        "ManagedInstancesMaxVCpu holds a receiver": max_vcpu_holds_one_receiver(main),
     }
 
 
@@ -374,6 +516,10 @@ def fixtures(folder):
             {p: open(p).read() for p in sorted(glob.glob(os.path.join(folder, "*.md")))}),
         "functions on Lambda Managed Instances as Lambda takes them": managed_functions_as_lambda_takes_them(load("managed.yaml")),
         "the logins rule refuses a shared job login": logins_rule_refuses_a_shared_job_login(load("logins.yaml")),
+        "Managed Instances reach what AWS lists": managed_instances_reach_what_aws_lists(
+            {"Resources": {}}, load("managed-network.yaml")),
+        "stripe-recover's variables fit Lambda's 4 KB": environment_within_lambda_limit(load("environment.yaml")),
+        "ManagedInstancesMaxVCpu holds a receiver": max_vcpu_holds_one_receiver(load("managed-network.yaml")),
     }
 
 
