@@ -16,11 +16,19 @@ fn main() {
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let root = dir.join("..");
     println!("cargo:rerun-if-changed={}", dir.display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join("functions").display()
-    );
-    let providers = claimonce_registry::providers(&root).unwrap_or_else(|e| panic!("{e}"));
+    // A packaged copy (from crates.io, on docs.rs, in `cargo package`'s check: cargo writes
+    // Cargo.toml.orig beside its manifest) has no repository around it: the shared migrations
+    // alone.
+    let checkout = !dir.join("Cargo.toml.orig").exists();
+    let providers = if checkout {
+        println!(
+            "cargo:rerun-if-changed={}",
+            root.join("functions").display()
+        );
+        claimonce_registry::providers(&root).unwrap_or_else(|e| panic!("{e}"))
+    } else {
+        Vec::new()
+    };
     // (provider, its files): the shared migrations' provider is None.
     let mut sets: Vec<(Option<String>, Vec<MigrationFile>)> = vec![(
         None,
@@ -42,7 +50,14 @@ fn main() {
         sets.push((Some(provider.provider), provider.migrations));
     }
     // A crate with migrations but no registry entry would have them silently left out.
-    for entry in std::fs::read_dir(root.join("functions")).expect("the functions directory") {
+    let functions: Vec<_> = if checkout {
+        std::fs::read_dir(root.join("functions"))
+            .expect("the functions directory")
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for entry in functions {
         let path = entry.expect("a directory entry").path();
         let unregistered = claimonce_registry::read_manifest(&path.join("Cargo.toml"))
             .is_ok_and(|provider| provider.is_none());

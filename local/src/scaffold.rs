@@ -26,15 +26,28 @@ pub const SCHEMES: [&str; 4] = [
     "own",
 ];
 
-/// The claimonce crates a provider crate depends on, and their folders in a checkout.
-const CRATES: [(&str, &str); 7] = [
-    ("claimonce", "shared"),
-    ("claimonce-migrate", "functions/migrate"),
-    ("claimonce-migrations", "migrations"),
-    ("retention-sweep", "functions/retention-sweep"),
-    ("outbox-relay", "functions/outbox-relay"),
-    ("claimonce-registry", "registry"),
-    ("claimonce-local", "local"),
+/// The claimonce crates a provider crate depends on: the name its code uses, the package, and
+/// its folder in a checkout.
+const CRATES: [(&str, &str, &str); 7] = [
+    ("claimonce", "claimonce", "shared"),
+    (
+        "claimonce-migrate",
+        "claimonce-migrate",
+        "functions/migrate",
+    ),
+    ("claimonce-migrations", "claimonce-migrations", "migrations"),
+    (
+        "retention-sweep",
+        "claimonce-retention-sweep",
+        "functions/retention-sweep",
+    ),
+    (
+        "outbox-relay",
+        "claimonce-outbox-relay",
+        "functions/outbox-relay",
+    ),
+    ("claimonce-registry", "claimonce-registry", "registry"),
+    ("claimonce-local", "claimonce-local", "local"),
 ];
 
 /// What to write.
@@ -225,8 +238,8 @@ impl Keys {
         ];
         let root = std::fs::canonicalize(&new.claimonce)
             .map_err(|e| format!("{}: {e}", new.claimonce.display()))?;
-        for (package, folder) in CRATES {
-            keys.push((package, dependency(&root, package, folder)?));
+        for (key, package, folder) in CRATES {
+            keys.push((key, dependency(&root, key, package, folder)?));
         }
         Ok(Self(
             keys.into_iter()
@@ -325,8 +338,9 @@ fn dev_secret(provider: &str, scheme: &str) -> String {
     }
 }
 
-/// `package = { version, path }` for the crate at `root/folder`, read from its manifest.
-fn dependency(root: &Path, package: &str, folder: &str) -> Result<String, String> {
+/// `key = { version, path }` for the crate at `root/folder`, read from its manifest (with
+/// `package` when the package's name is not `key`).
+fn dependency(root: &Path, key: &str, package: &str, folder: &str) -> Result<String, String> {
     let manifest = root.join(folder).join("Cargo.toml");
     let text = std::fs::read_to_string(&manifest).map_err(|e| {
         format!(
@@ -337,10 +351,17 @@ fn dependency(root: &Path, package: &str, folder: &str) -> Result<String, String
     let name = claimonce_registry::value(&text, "package", "name");
     let version = claimonce_registry::value(&text, "package", "version");
     match (name, version) {
-        (Some(name), Some(version)) if name == package => Ok(format!(
-            "{package} = {{ version = \"{version}\", path = \"{}\" }}",
-            root.join(folder).display()
-        )),
+        (Some(name), Some(version)) if name == package => {
+            let renamed = if key == package {
+                String::new()
+            } else {
+                format!("package = \"{package}\", ")
+            };
+            Ok(format!(
+                "{key} = {{ {renamed}version = \"{version}\", path = \"{}\" }}",
+                root.join(folder).display()
+            ))
+        }
         _ => Err(format!(
             "{}: not the {package} crate (--claimonce-path names a claimonce checkout)",
             manifest.display()

@@ -496,7 +496,14 @@ struct Deploy {
 }
 
 impl Deploy {
+    /// From the checkout's `deploy/`, else (a packaged copy of this crate, which has none
+    /// around it) the copy this crate carries (`local/deploy` links to the checkout's).
     fn read(claimonce: &Path) -> Result<Self, String> {
+        let claimonce = if claimonce.join("deploy/provider.yaml").is_file() {
+            claimonce
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+        };
         let text = read(&claimonce.join("deploy/provider.yaml"))?;
         let fragments = sections(&text, &["fragment"])
             .remove("fragment")

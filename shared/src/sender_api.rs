@@ -41,13 +41,14 @@ pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<
 pub fn https_client() -> Result<HttpsClient, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|_| "TLS protocol versions unavailable".to_owned())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    // Deprecated by rustls 0.23.48 with no other name: ring stays (see `db::tls`).
+    #[allow(deprecated)]
+    let provider = rustls::crypto::ring::default_provider();
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|_| "TLS protocol versions unavailable".to_owned())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    outbox_relay::run_from_env().await
+    claimonce_outbox_relay::run_from_env().await
 }

@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    retention_sweep::run_from_env().await
+    claimonce_retention_sweep::run_from_env().await
 }

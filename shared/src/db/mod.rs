@@ -19,8 +19,9 @@ pub use self::tls::Trust;
 use crate::pg_error::connection_lost;
 
 impl Settings {
-    /// A connection of its own, for a job (feature `jobs`): [`Settings::open`]. A receiver's
-    /// provider is never handed one; its work runs through [`Database::run`].
+    /// A connection of its own, for a job (feature `jobs`), opened within the connect timeout
+    /// and driven on its own task. A receiver's provider is never handed one: its work runs on
+    /// the claim's transaction.
     #[cfg(feature = "jobs")]
     pub async fn connect(&self) -> Result<Connection, ConnectError> {
         self.open().await
