@@ -181,5 +181,5 @@ pub mod prelude {
 
 pub use ids::MAX_EVENT_ID_LEN;
 pub use lambda::from_env::run_from_env;
-pub use receiver::{Admission, Admitted, Batch, Limits, Receiver, Recovered};
+pub use receiver::{Admission, Admitted, Batch, Limits, Queues, Receiver, Recovered};
 pub use response::Disposition;

@@ -413,7 +413,12 @@ async fn an_unreadable_sqs_batch_fails_every_record_it_can_name_and_reaches_no_d
         let event = json!({ "Records": records }).to_string();
         let before = watched.proxy.traffic();
         let answer = serde_json::to_value(
-            claimonce::lambda::handle_invocation(&watched.receiver, &event).await,
+            claimonce::lambda::handle_invocation(
+                &watched.receiver,
+                &claimonce::Queues::default(),
+                &event,
+            )
+            .await,
         )
         .expect("JSON");
         assert_eq!(answer, json!({ "batchItemFailures": failed }), "{records}");

@@ -1295,10 +1295,10 @@ async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     let db = TestDb::new().await;
     let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/spill";
     let (receiver, _) = db.receiver(claimonce_tests::sign::stripe());
-    let receiver = receiver.with_spill(Some(claimonce::spill::Spill::new(
-        queue,
-        Duration::from_secs(1),
-    )));
+    let queues = claimonce::Queues::new(
+        Some(claimonce::spill::Spill::new(queue, Duration::from_secs(1))),
+        None,
+    );
     let (body, _) = signed_invoice(0);
     let signature = claimonce_tests::sign::stripe_header(
         claimonce_tests::sign::STRIPE_SECRET,
@@ -1316,9 +1316,10 @@ async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     assert_eq!(refused.status(), 400);
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 0);
     // The same event as an invocation is drained: the delivery is applied.
-    let drained =
-        serde_json::to_value(claimonce::lambda::handle_invocation(&receiver, &event).await)
-            .expect("JSON");
+    let drained = serde_json::to_value(
+        claimonce::lambda::handle_invocation(&receiver, &queues, &event).await,
+    )
+    .expect("JSON");
     assert_eq!(drained, json!({"batchItemFailures": []}));
     assert_eq!(db.count("SELECT count(*) FROM processed_events").await, 1);
 }

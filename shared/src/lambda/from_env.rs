@@ -42,18 +42,16 @@ pub async fn run_from_env<P: Provider>(
                     .with_secret_refresh(secrets, build, interval)
             }
         };
-        Ok::<_, ConfigError>(
-            receiver
-                .with_spill(spill)
-                .with_bridge(bridge)
-                .with_sender_api(api),
-        )
+        Ok::<_, ConfigError>((
+            receiver.with_sender_api(api),
+            crate::receiver::Queues::new(spill, bridge),
+        ))
     }
     .await;
-    let Ok(receiver) = log.config(built) else {
+    let Ok((receiver, queues)) = log.config(built) else {
         return std::process::ExitCode::FAILURE;
     };
-    match serve(receiver).await {
+    match serve(receiver, queues).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The HTTP client's error: no request data in it.

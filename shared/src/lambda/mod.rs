@@ -20,24 +20,31 @@ pub use self::event::MAX_HEADERS;
 use self::event::{ApiRequestId, Format, Incoming, not_an_api_gateway_event, read};
 pub use self::runtime::{begin, serve_job};
 use crate::provider::Provider;
-use crate::receiver::Receiver;
+use crate::receiver::{Queues, Receiver};
 use crate::response::Rejection;
 
-/// Handles one raw API Gateway event with `receiver` and returns the response payload for it.
-/// An SQS event is refused here (400), not drained: only [`handle_invocation`] drains.
+/// Handles one raw API Gateway event with `receiver` (which keeps nothing on a spill queue)
+/// and returns the response payload for it. An SQS event is refused here (400), not drained:
+/// only [`handle_invocation`] drains.
 pub async fn handle_event<P: Provider>(receiver: &Receiver<P>, event: &str) -> Payload {
-    respond(receiver, Instant::now(), read(event)).await
+    respond(&Queues::default(), receiver, Instant::now(), read(event)).await
 }
 
-/// Handles one invocation of the function with `receiver`: an API Gateway event is answered
-/// with its response payload; an SQS event (the provider's spill queue, or its event queue of
-/// EventBridge events) is applied and answered with the messages to receive again.
-pub async fn handle_invocation<P: Provider>(receiver: &Receiver<P>, event: &str) -> Answer {
-    answer(receiver, Instant::now(), read(event), None).await
+/// Handles one invocation of the function with `receiver` and its `queues`: an API Gateway
+/// event is answered with its response payload; an SQS event (the provider's spill queue, or
+/// its event queue of EventBridge events) is applied and answered with the messages to
+/// receive again.
+pub async fn handle_invocation<P: Provider>(
+    receiver: &Receiver<P>,
+    queues: &Queues,
+    event: &str,
+) -> Answer {
+    answer(queues, receiver, Instant::now(), read(event), None).await
 }
 
 /// The answer to an invocation as read: a batch to its drain, a request to its webhook.
 async fn answer<P: Provider>(
+    queues: &Queues,
     receiver: &Receiver<P>,
     started: Instant,
     read: Result<Incoming, (Format, Rejection)>,
@@ -45,19 +52,20 @@ async fn answer<P: Provider>(
 ) -> Answer {
     match read {
         Ok(Incoming::Queued(records)) => {
-            let again = receiver.drain(&records, deadline).await;
+            let again = queues.queued(receiver).drain(&records, deadline).await;
             Answer::Batch(BatchResponse::receive_again(again))
         }
         Ok(Incoming::UnreadableBatch(ids)) => {
             receiver.unreadable_batch(ids.len());
             Answer::Batch(BatchResponse::all_failed(&ids))
         }
-        read => Answer::Http(respond(receiver, started, read).await),
+        read => Answer::Http(respond(queues, receiver, started, read).await),
     }
 }
 
 /// The response payload to an event as read; an SQS event here is not an API Gateway event.
 async fn respond<P: Provider>(
+    queues: &Queues,
     receiver: &Receiver<P>,
     started: Instant,
     read: Result<Incoming, (Format, Rejection)>,
@@ -66,7 +74,8 @@ async fn respond<P: Provider>(
         Ok(Incoming::Http(format, request)) => {
             let request_id = request.extensions().get::<ApiRequestId>();
             let request_id = request_id.map(|id| id.0.as_str());
-            Payload::of(format, receiver.webhook(&request, request_id).await)
+            let webhook = queues.webhook(receiver);
+            Payload::of(format, webhook.deliver_request(&request, request_id).await)
         }
         Ok(Incoming::Queued(_) | Incoming::UnreadableBatch(_)) => Payload::of(
             Format::V1,

@@ -146,7 +146,10 @@ fn deadline<P: Provider>(
 /// invocation. That ends the process quietly, with one info line instead of an `Error:` that
 /// reads as a failed invocation; Lambda would start a new environment either way, whatever
 /// the exit status.
-pub(crate) async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lambda_runtime::Error> {
+pub(crate) async fn serve<P: Provider>(
+    receiver: Receiver<P>,
+    queues: crate::receiver::Queues,
+) -> Result<(), lambda_runtime::Error> {
     // The runtime reads the same variable to decide how many invocations it polls for.
     let concurrency = Concurrency::from_env()?;
     let at_once = concurrency.invocations > 1;
@@ -158,7 +161,7 @@ pub(crate) async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lamb
             crate::fields! { invocations: concurrency.invocations, connections: concurrency.connections },
         );
     }
-    let receiver = std::sync::Arc::new(receiver);
+    let receiver = std::sync::Arc::new((receiver, queues));
     let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = std::sync::Arc::clone(&served);
     // One handler for both ways, so the runtime's code is built into the binary once for it.
@@ -171,8 +174,9 @@ pub(crate) async fn serve<P: Provider>(receiver: Receiver<P>) -> Result<(), lamb
             let started = Instant::now();
             let invocation = invocation(&event.context);
             let answering = async {
-                let deadline = deadline(&receiver, &event.context);
-                super::answer(&receiver, started, event.payload.0, Some(deadline)).await
+                let (receiver, queues) = &*receiver;
+                let deadline = deadline(receiver, &event.context);
+                super::answer(queues, receiver, started, event.payload.0, Some(deadline)).await
             };
             let answer = if at_once {
                 // Several at once: each invocation's lines name it through its task.

@@ -1,10 +1,11 @@
 //! Events of the provider's partner event source, through EventBridge and the function's event
 //! queue ([`crate::bridge`]), settled through the same claim as a webhook.
 
+use super::drain::Queued;
 use super::*;
 use crate::bridge::Bridge;
 
-impl<P: Provider> Receiver<P> {
+impl<P: Provider> Queued<'_, P> {
     /// One event queue record's outcome, and EventBridge's id of the event once its envelope
     /// opened. The record must be proven to have come off the queue (`proof`; nothing of it is read
     /// otherwise), and the envelope must name the configured partner source and the queue's account;
@@ -28,21 +29,25 @@ impl<P: Provider> Receiver<P> {
             Ok(envelope) => envelope,
             Err(why) => return (Outcome::failed(why.to_owned()), None),
         };
-        let provider = self.provider();
+        let provider = self.receiver.provider();
         let parsed = match provider.bridged(envelope.detail.get()) {
             None => Err(Outcome::failed(
                 "this provider takes no EventBridge events".to_owned(),
             )),
             Some(unwrapped) => unwrapped
                 .and_then(|u| {
-                    self.admit_event(u.body.as_bytes(), &u.headers, super::admit::Proof::Origin)
+                    self.receiver.admit_event(
+                        u.body.as_bytes(),
+                        &u.headers,
+                        super::admit::Proof::Origin,
+                    )
                 })
                 .map_err(Outcome::unparsed),
         };
         let outcome = match parsed {
             Err(outcome) => outcome,
             Ok((parsed, _)) => {
-                let delivered = self.deliver(parsed, None, Some(&*batch)).await;
+                let delivered = self.receiver.deliver(parsed, None, Some(&*batch)).await;
                 batch.outcome(delivered)
             }
         };

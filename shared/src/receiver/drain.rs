@@ -17,7 +17,39 @@ struct Reparsed<E> {
     received_at: u64,
 }
 
+/// The queues' way in: an SQS batch of the spill queue's records (each proven by the signature
+/// its delivery carried) and, with a [bridge](crate::bridge), of the event queue's (each
+/// proven by its receipt handle). On the database unavailable the rest of the batch is not
+/// tried, and comes back. Its lines are `drained` and `bridged`.
+pub(crate) struct Queued<'q, P> {
+    pub(crate) receiver: &'q Receiver<P>,
+    pub(crate) spill: Option<&'q crate::spill::Spill>,
+    pub(crate) bridge: Option<&'q crate::bridge::Bridge>,
+}
+
 impl<P: Provider> Receiver<P> {
+    /// Logs an SQS batch that cannot be read (every record of it is received again): how many
+    /// of its records could be named, nothing of their contents.
+    pub(crate) fn unreadable_batch(&self, named_records: usize) {
+        self.log.write(
+            Level::Error,
+            "an SQS batch that cannot be read: every record reported failed",
+            crate::fields! { named_records: named_records },
+        );
+    }
+
+    /// A record left untried because the invocation's deadline is too near: one WARN line, by
+    /// its message id; it is received again after its visibility timeout.
+    fn log_untried(&self, record: &crate::sqs::Record) {
+        self.log.write(
+            crate::log::Level::Warn,
+            "not tried: too near the invocation's deadline; received again",
+            crate::fields! { sqs_message_id: record.message_id.as_str() },
+        );
+    }
+}
+
+impl<P: Provider> Queued<'_, P> {
     /// Applies a batch of SQS records: each from the provider's spill queue (a spilled
     /// delivery) or, with a [bridge](crate::bridge), from its event queue (an EventBridge
     /// event), one after another on this environment's connection, each through the same claim
@@ -43,7 +75,7 @@ impl<P: Provider> Receiver<P> {
         let mut batch = Batch::within(budget);
         // The event queues' records proven to have come off them, before any is claimed: one
         // SQS call per queue and batch (crate::sqs::receipt).
-        let mut proofs = match &self.bridge {
+        let mut proofs = match self.bridge {
             Some(bridge) => match crate::fault::hit(crate::fault::Point::ReceiptProof).await {
                 Ok(()) => crate::future::rare(bridge.prove(records)).await,
                 Err(injected) => records
@@ -67,18 +99,19 @@ impl<P: Provider> Receiver<P> {
                     receive_count: record.receive_count(),
                     queued_seconds: None,
                 };
-                self.log_outcome(via, &failed, started.elapsed().as_secs_f64() * 1000.0);
+                self.receiver
+                    .log_outcome(via, &failed, started.elapsed().as_secs_f64() * 1000.0);
                 continue;
             }
-            if !batch.fits(self.bounds(false)) {
+            if !batch.fits(self.receiver.bounds(false)) {
                 again.push(record.message_id.as_str());
-                self.log_untried(record);
+                self.receiver.log_untried(record);
                 continue;
             }
             let arn = record.event_source_arn.as_deref();
             let receive_count = record.receive_count();
             let eventbridge_id;
-            let (outcome, via) = match &self.bridge {
+            let (outcome, via) = match self.bridge {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
                     let proof = proof.unwrap_or_else(|| Err("it was not asked of SQS".into()));
@@ -107,29 +140,10 @@ impl<P: Provider> Receiver<P> {
             if !outcome.disposition.applied() {
                 again.push(record.message_id.as_str());
             }
-            self.log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
+            self.receiver
+                .log_outcome(via, &outcome, started.elapsed().as_secs_f64() * 1000.0);
         }
         again
-    }
-
-    /// Logs an SQS batch that cannot be read (every record of it is received again): how many
-    /// of its records could be named, nothing of their contents.
-    pub(crate) fn unreadable_batch(&self, named_records: usize) {
-        self.log.write(
-            Level::Error,
-            "an SQS batch that cannot be read: every record reported failed",
-            crate::fields! { named_records: named_records },
-        );
-    }
-
-    /// A record left untried because the invocation's deadline is too near: one WARN line, by
-    /// its message id; it is received again after its visibility timeout.
-    fn log_untried(&self, record: &crate::sqs::Record) {
-        self.log.write(
-            crate::log::Level::Warn,
-            "not tried: too near the invocation's deadline; received again",
-            crate::fields! { sqs_message_id: record.message_id.as_str() },
-        );
     }
 
     /// One spilled delivery's outcome, and how long since it first arrived once it was read.
@@ -151,6 +165,7 @@ impl<P: Provider> Receiver<P> {
             }) => {
                 let queued = Some(unix_now().saturating_sub(received_at));
                 let delivered = self
+                    .receiver
                     .deliver(parsed, Some(payload_sha256), Some(&*batch))
                     .await;
                 (batch.outcome(delivered), queued)
@@ -163,7 +178,7 @@ impl<P: Provider> Receiver<P> {
     /// if none matches, as for a webhook), and the headers the parser read then.
     async fn restore(&self, record: &crate::sqs::Record) -> Result<Reparsed<P::Event>, Refused> {
         let unreadable = |why: String| Refused::Unreadable(why);
-        let Some(spill) = &self.spill else {
+        let Some(spill) = self.spill else {
             return Err(unreadable(
                 "this function has no spill queue (SPILL_QUEUE_URL) and drains nothing".into(),
             ));
@@ -183,8 +198,10 @@ impl<P: Provider> Receiver<P> {
             )));
         }
         let reparsed = self
+            .receiver
             .with_fresh_secrets(|| {
-                self.admit_event(&restored.body, &restored.headers, admit::Proof::Spilled)
+                self.receiver
+                    .admit_event(&restored.body, &restored.headers, admit::Proof::Spilled)
             })
             .await;
         let (parsed, sha) = reparsed.map_err(|r| match r.problem {

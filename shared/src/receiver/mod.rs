@@ -15,9 +15,11 @@ mod webhook;
 
 pub use self::deliver::Batch;
 use self::deliver::Delivered;
+use self::drain::Queued;
 use self::outcome::{Outcome, Via};
 pub use self::recover::Recovered;
 use self::secrets::Refresh;
+use self::webhook::Webhook;
 
 use crate::claim::{Claim, Finished};
 use crate::config::{self, ConfigError};
@@ -65,8 +67,45 @@ impl Default for Limits {
     }
 }
 
+/// The queues a function keeps and takes deliveries on, beside its receiver: its spill queue
+/// ([`crate::spill`]: where a verified delivery goes when the database cannot take it, and
+/// whose records it drains) and its partner event source's event queue ([`crate::bridge`]).
+// The runtime's and tests', not a provider crate's: out of the documented surface.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct Queues {
+    spill: Option<crate::spill::Spill>,
+    bridge: Option<crate::bridge::Bridge>,
+}
+
+impl Queues {
+    /// A spill queue and an event queue, each when the function has one.
+    pub fn new(spill: Option<crate::spill::Spill>, bridge: Option<crate::bridge::Bridge>) -> Self {
+        Self { spill, bridge }
+    }
+
+    /// The webhook way in to `receiver`, keeping on the spill queue what the database cannot
+    /// take.
+    pub(crate) fn webhook<'w, P>(&'w self, receiver: &'w Receiver<P>) -> Webhook<'w, P> {
+        Webhook {
+            receiver,
+            spill: self.spill.as_ref(),
+        }
+    }
+
+    /// The queues' way in to `receiver`: their records.
+    pub(crate) fn queued<'q, P>(&'q self, receiver: &'q Receiver<P>) -> Queued<'q, P> {
+        Queued {
+            receiver,
+            spill: self.spill.as_ref(),
+            bridge: self.bridge.as_ref(),
+        }
+    }
+}
+
 /// One provider's receiver in one execution environment: the provider, the connection it
-/// reuses, its limits and its log.
+/// reuses, its limits and its log. The ways in that need more hold it themselves: the webhook
+/// its spill queue, the queues' way its spill and event queues ([`Queues`]).
 #[derive(Debug)]
 pub struct Receiver<P> {
     /// Replaced when the signing secrets are read again ([`Receiver::with_secret_refresh`]).
@@ -77,11 +116,6 @@ pub struct Receiver<P> {
     log: Log,
     /// The login's statement bound, as read at cold start.
     statement_bound: std::sync::OnceLock<crate::db::StatementBound>,
-    /// Where a verified delivery goes when the database cannot take it ([`crate::spill`]).
-    spill: Option<crate::spill::Spill>,
-    /// The partner event source and event queue it takes EventBridge events from
-    /// ([`crate::bridge`]).
-    bridge: Option<crate::bridge::Bridge>,
     /// The sender's API, for events completed before their claim ([`crate::complete`]).
     api: Option<crate::complete::SenderApi>,
 }
@@ -96,8 +130,6 @@ impl<P: Provider> Receiver<P> {
             limits,
             log,
             statement_bound: std::sync::OnceLock::new(),
-            spill: None,
-            bridge: None,
             api: None,
         }
     }
@@ -107,24 +139,6 @@ impl<P: Provider> Receiver<P> {
     /// Completes events from `api` before their claim ([`Provider::complete`]).
     pub fn with_sender_api(mut self, api: Option<crate::complete::SenderApi>) -> Self {
         self.api = api;
-        self
-    }
-
-    // The jobs' and tests', not a provider crate's: out of the documented surface.
-    #[doc(hidden)]
-    /// Takes the events of `bridge`'s partner event source from its event queue
-    /// ([`crate::bridge`]); without one it takes no EventBridge event.
-    pub fn with_bridge(mut self, bridge: Option<crate::bridge::Bridge>) -> Self {
-        self.bridge = bridge;
-        self
-    }
-
-    // The jobs' and tests', not a provider crate's: out of the documented surface.
-    #[doc(hidden)]
-    /// Keeps a verified delivery on `spill` when the database cannot take it, and answers
-    /// 200 `queued` ([`crate::spill`]); without one such a delivery is answered 500.
-    pub fn with_spill(mut self, spill: Option<crate::spill::Spill>) -> Self {
-        self.spill = spill;
         self
     }
 
