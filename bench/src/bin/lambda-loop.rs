@@ -15,7 +15,8 @@
 //! host, and sums their CPU.
 //!
 //! ```text
-//! cargo build --release -p stripe-webhook -p claimonce-bench
+//! cargo build --release -p stripe-webhook     # alone: with the bench tools, cargo would give
+//! cargo build --release -p claimonce-bench    # it claimonce's `jobs` feature too
 //! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--processes 1] [--binary PATH]
 //! ```
 
@@ -291,7 +292,7 @@ async fn main() -> std::process::ExitCode {
     let bare = bare.unwrap_or_else(|| root.join("target/release/bare-runtime"));
     if !binary.exists() || !bare.exists() {
         eprintln!(
-            "lambda-loop: build them first: cargo build --release -p stripe-webhook -p claimonce-bench"
+            "lambda-loop: build them first, each alone: cargo build --release -p stripe-webhook; cargo build --release -p claimonce-bench"
         );
         return std::process::ExitCode::FAILURE;
     }

@@ -9,7 +9,8 @@
 //! through the same path, the database's own limit.
 //!
 //! ```text
-//! cargo build --release -p stripe-webhook -p claimonce-bench
+//! cargo build --release -p stripe-webhook     # alone: with the bench tools, cargo would give
+//! cargo build --release -p claimonce-bench    # it claimonce's `jobs` feature too
 //! ./target/release/managed [--deliveries 4000] [--at-once 1,8,32] [--rtt-ms 0] [--binary PATH]
 //! ```
 
@@ -226,7 +227,7 @@ async fn main() -> std::process::ExitCode {
     let binary = binary.unwrap_or_else(|| root.join("target/release/stripe-webhook"));
     if !binary.exists() {
         eprintln!(
-            "managed: build it first: cargo build --release -p stripe-webhook -p claimonce-bench"
+            "managed: build it first, each alone: cargo build --release -p stripe-webhook; cargo build --release -p claimonce-bench"
         );
         return std::process::ExitCode::FAILURE;
     }
