@@ -29,6 +29,8 @@ import json
 import re
 import sys
 
+from template_checks import evaluate
+
 from cfnlint.decode import cfn_yaml
 
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # the partition, as `sam validate --region`
@@ -91,29 +93,9 @@ def conditions(template, values):
     body = template.get("Conditions", {})
     done = {}
 
-    def ev(node):
-        if isinstance(node, dict):
-            (key, arg), = node.items()
-            if key == "Fn::Equals":
-                return str(resolve(arg[0])) == str(resolve(arg[1]))
-            if key == "Fn::Not":
-                return not ev(arg[0])
-            if key == "Fn::And":
-                return all(ev(a) for a in arg)
-            if key == "Fn::Or":
-                return any(ev(a) for a in arg)
-            if key == "Condition":
-                return cond(arg)
-        raise ValueError(f"condition {node!r}")
-
-    def resolve(node):
-        if isinstance(node, dict) and "Ref" in node:
-            return values.get(node["Ref"], node["Ref"])
-        return node
-
     def cond(name):
         if name not in done:
-            done[name] = ev(body[name])
+            done[name] = evaluate(body[name], lambda arg: values.get(arg, arg), cond)
         return done[name]
 
     for name in body:

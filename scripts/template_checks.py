@@ -228,26 +228,8 @@ def logins_rule_refuses_a_shared_job_login(template):
     jobs = {"MigrateDbUser", "SweepDbUser", "RelayDbUser"}
 
     def holds(values):
-        def ev(node):
-            if isinstance(node, list):
-                return [ev(n) for n in node]
-            if not isinstance(node, dict):
-                return node
-            (key, arg), = node.items()
-            if key == "Ref":
-                return values.get(arg, arg)
-            if key == "Fn::Equals":
-                return str(ev(arg[0])) == str(ev(arg[1]))
-            if key == "Fn::Not":
-                return not ev(arg[0])
-            if key == "Fn::Or":
-                return any(ev(a) for a in arg)
-            if key == "Fn::And":
-                return all(ev(a) for a in arg)
-            if key == "Fn::Contains":
-                return ev(arg[1]) in ev(arg[0])
-            raise ValueError(f"rule function {key}")
-        return all(ev(a["Assert"]) for a in rule.get("Assertions", []))
+        ref = lambda name: values.get(name, name)
+        return all(evaluate(a["Assert"], ref) for a in rule.get("Assertions", []))
 
     base = {p: str(spec.get("Default", "")) for p, spec in params.items()}
     base.update({p: "true" for p in params if p.startswith("Deploy")}, DatabaseAuth="iam")
@@ -261,12 +243,10 @@ def logins_rule_refuses_a_shared_job_login(template):
     return bad
 
 
-def condition_holds(template, name, values):
-    """A condition of `template` evaluated with the parameters `values` (Ref of another is its
-    Default); None for a function this evaluator does not know."""
-    conditions = template.get("Conditions", {})
-    params = template.get("Parameters", {})
-
+def evaluate(node, ref, condition=None):
+    """A condition or rule function as CloudFormation evaluates it, `ref(name)` giving a
+    parameter's value and `condition(name)` a named condition's; ValueError for a function this
+    evaluator does not know."""
     def ev(node):
         if isinstance(node, list):
             return [ev(n) for n in node]
@@ -274,9 +254,9 @@ def condition_holds(template, name, values):
             return node
         (key, arg), = node.items()
         if key == "Ref":
-            return str(values.get(arg, params.get(arg, {}).get("Default", arg)))
-        if key == "Condition":
-            return ev(conditions[arg])
+            return ref(arg)
+        if key == "Condition" and condition is not None:
+            return condition(arg)
         if key == "Fn::Equals":
             return str(ev(arg[0])) == str(ev(arg[1]))
         if key == "Fn::Not":
@@ -285,12 +265,24 @@ def condition_holds(template, name, values):
             return all(ev(a) for a in arg)
         if key == "Fn::Or":
             return any(ev(a) for a in arg)
+        if key == "Fn::Contains":
+            return ev(arg[1]) in ev(arg[0])
         if key == "Fn::Join":
             return arg[0].join(str(x) for x in ev(arg[1]))
         if key == "Fn::Select":
             return ev(arg[1])[int(arg[0])]
-        raise ValueError(key)
-    return True if name is None else ev(conditions[name])
+        raise ValueError(f"rule or condition function {key}")
+    return ev(node)
+
+
+def condition_holds(template, name, values):
+    """A condition of `template` evaluated with the parameters `values` (Ref of another is its
+    Default); True for no condition."""
+    conditions = template.get("Conditions", {})
+    params = template.get("Parameters", {})
+    ref = lambda arg: str(values.get(arg, params.get(arg, {}).get("Default", arg)))
+    cond = lambda c: evaluate(conditions[c], ref, cond)
+    return True if name is None else cond(name)
 
 
 # What AWS's "Networking for Lambda Managed Instances" lists as the instances' own need: "the
