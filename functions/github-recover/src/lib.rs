@@ -331,11 +331,6 @@ impl Recoverer {
         }
     }
 
-    /// The margin kept before the invocation's deadline: one request, then the line.
-    pub fn margin(&self) -> Duration {
-        claimonce::sender_api::REQUEST_TIMEOUT + Duration::from_secs(2)
-    }
-
     /// One run within `budget`: list, choose, redeliver, log one line. A run GitHub refused
     /// (authentication) or could not be reached is an error, after its line is logged; a rate
     /// limit is not.
@@ -572,8 +567,9 @@ pub fn next_page(headers: &http::HeaderMap, base: &str) -> Option<String> {
 impl claimonce::scheduled::Job for Recoverer {
     type Report = Report;
 
+    /// The margin kept before the invocation's deadline: one request, then the line.
     fn margin(&self) -> Duration {
-        Recoverer::margin(self)
+        claimonce::sender_api::REQUEST_TIMEOUT + Duration::from_secs(2)
     }
 
     async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {

@@ -511,11 +511,6 @@ impl<D: Dispatch> Relay<D> {
         }
     }
 
-    /// Kept before the invocation's deadline: one send, one database step and the report.
-    pub fn margin(&self) -> Duration {
-        self.options.send_timeout + self.settings.timeouts().delivery + Duration::from_secs(1)
-    }
-
     /// One run: connect, relay within `budget`, log one JSON line with the metrics, return
     /// the report. Database trouble is an error, after the line is logged; failed sends are
     /// not (they are counted, kept and retried).
@@ -601,8 +596,9 @@ impl<D: Dispatch> Relay<D> {
 impl<D: Dispatch + Sync> claimonce::scheduled::Job for Relay<D> {
     type Report = Report;
 
+    /// Kept before the invocation's deadline: one send, one database step and the report.
     fn margin(&self) -> Duration {
-        Relay::margin(self)
+        self.options.send_timeout + self.settings.timeouts().delivery + Duration::from_secs(1)
     }
 
     async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {

@@ -386,12 +386,6 @@ impl Sweeper {
         }
     }
 
-    /// The margin kept before the invocation's deadline: one batch can take up to the
-    /// delivery timeout, then the report is written.
-    pub fn margin(&self) -> Duration {
-        self.settings.timeouts().delivery + Duration::from_secs(2)
-    }
-
     /// One run: connect, sweep within `budget`, log one JSON line (with the `SweptRows`
     /// metric) and return the report. A run that could not connect or whose batch failed is
     /// an error, after its line is logged.
@@ -449,8 +443,10 @@ impl Sweeper {
 impl claimonce::scheduled::Job for Sweeper {
     type Report = Report;
 
+    /// The margin kept before the invocation's deadline: one batch can take up to the
+    /// delivery timeout, then the report is written.
     fn margin(&self) -> Duration {
-        Sweeper::margin(self)
+        self.settings.timeouts().delivery + Duration::from_secs(2)
     }
 
     async fn run(&self, budget: Budget, _event: Value) -> Result<Report, JobFailed> {

@@ -430,11 +430,6 @@ impl Recoverer {
         Self { contexts, ..self }
     }
 
-    /// The margin kept before the invocation's deadline.
-    pub fn margin(&self) -> Duration {
-        self.margin
-    }
-
     /// One run over `window`, within `budget`: list, apply oldest first, log one line, and
     /// return what it did. A run that could not list (other than a rate limit) or found the
     /// database unavailable is an error, after its line is logged.
@@ -710,8 +705,9 @@ fn stripe_error(body: &[u8]) -> String {
 impl claimonce::scheduled::Job for Recoverer {
     type Report = Report;
 
+    /// The margin kept before the invocation's deadline.
     fn margin(&self) -> Duration {
-        Recoverer::margin(self)
+        self.margin
     }
 
     /// An operator's event may name its own look-back (`lookback_hours`).
