@@ -770,7 +770,7 @@ async fn relay_binary(db: &TestDb, queue: &str, endpoint: &str) -> Value {
 }
 
 /// A FIFO queue in moto's SQS, created as the template makes the outbox queue, and a client.
-async fn outbox_queue(name: &str) -> (aws_sdk_sqs::Client, String) {
+pub(crate) async fn outbox_queue(name: &str) -> (aws_sdk_sqs::Client, String) {
     use aws_sdk_sqs::types::QueueAttributeName;
     let moto = claimonce_tests::moto::moto().await;
     let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
@@ -788,7 +788,10 @@ async fn outbox_queue(name: &str) -> (aws_sdk_sqs::Client, String) {
 }
 
 /// Every message on `queue`, received with its attributes and deleted.
-async fn drained(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<aws_sdk_sqs::types::Message> {
+pub(crate) async fn drained(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &str,
+) -> Vec<aws_sdk_sqs::types::Message> {
     let mut all = Vec::new();
     loop {
         let received = sqs
@@ -817,7 +820,10 @@ async fn drained(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<aws_sdk_sqs::typ
 }
 
 /// A message attribute's string value.
-fn attribute<'m>(message: &'m aws_sdk_sqs::types::Message, name: &str) -> Option<&'m str> {
+pub(crate) fn attribute<'m>(
+    message: &'m aws_sdk_sqs::types::Message,
+    name: &str,
+) -> Option<&'m str> {
     message
         .message_attributes()
         .and_then(|a| a.get(name))

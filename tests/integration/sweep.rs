@@ -963,17 +963,7 @@ impl Job {
                     )
                     .await
                     .expect("outbox rows");
-                let moto = claimonce_tests::moto::moto().await;
-                let sqs = aws_sdk_sqs::Client::new(&moto.aws_config().await);
-                let queue = sqs
-                    .create_queue()
-                    .queue_name(format!("sweep-outbox-{}-{n}.fifo", std::process::id()))
-                    .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-                    .send()
-                    .await
-                    .expect("the FIFO queue")
-                    .queue_url
-                    .expect("its URL");
+                let (sqs, queue) = crate::outbox::outbox_queue(&format!("sweep-outbox-{n}")).await;
                 Job::Relay { sqs, queue }
             }
             Way::Recover => {
@@ -1064,32 +1054,19 @@ impl Job {
                 if pending != 0 {
                     return Err(format!("{pending} rows never marked"));
                 }
-                let mut messages = 0;
-                loop {
-                    let received = sqs
-                        .receive_message()
-                        .queue_url(queue)
-                        .max_number_of_messages(10)
-                        .send()
-                        .await
-                        .map_err(|e| format!("receive: {e}"))?
-                        .messages
-                        .unwrap_or_default();
-                    if received.is_empty() {
-                        break;
-                    }
-                    for m in received {
-                        messages += 1;
-                        sqs.delete_message()
-                            .queue_url(queue)
-                            .receipt_handle(m.receipt_handle().unwrap_or_default())
-                            .send()
-                            .await
-                            .map_err(|e| format!("delete: {e}"))?;
-                    }
-                }
-                if messages != 5 {
-                    return Err(format!("the queue held {messages} messages for 5 rows"));
+                // Each row once: the relay's resends after a fault are dropped by the queue's
+                // deduplication on the row's id, which is each message's idempotency key.
+                let messages = crate::outbox::drained(sqs, queue).await;
+                let keys: std::collections::BTreeSet<_> = messages
+                    .iter()
+                    .filter_map(|m| crate::outbox::attribute(m, "idempotency-key"))
+                    .collect();
+                if (messages.len(), keys.len()) != (5, 5) {
+                    return Err(format!(
+                        "the queue held {} messages, {} rows among them, for 5 rows",
+                        messages.len(),
+                        keys.len()
+                    ));
                 }
                 Ok(())
             }
