@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use claimonce::verify::Verify;
+use claimonce::prelude::Verify;
 use claimonce::verify::standard_webhooks::{self, StandardWebhooks};
 use claimonce::verify::timestamp_v1::{self, TimestampV1};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -9,7 +9,7 @@
 #![no_main]
 
 use claimonce::prelude::Problem;
-use claimonce::verify::Verify;
+use claimonce::prelude::Verify;
 use claimonce::verify::standard_webhooks::{self, StandardWebhooks};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;

@@ -7,7 +7,7 @@
 #![no_main]
 
 use claimonce::prelude::Problem;
-use claimonce::verify::Verify;
+use claimonce::prelude::Verify;
 use claimonce::verify::timestamp_v1::{self, TimestampV1, parse_header};
 use lambda_http::http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;

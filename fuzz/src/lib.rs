@@ -12,12 +12,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use claimonce::config::ConfigError;
+use claimonce::prelude::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
-use claimonce::claim::statement;
-use claimonce::verify::Sign;
+use claimonce::jobs::claim_statement;
+use claimonce::prelude::Sign;
 use claimonce::{Admission, Admitted, Limits, Receiver};
 use claimonce::prelude::{Plan, Problem, Provider};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue, Method};
@@ -107,7 +107,7 @@ impl<P: Provider> Fuzzed for Registered<P> {
                     let id = parsed.event_id.as_str();
                     assert!(!id.is_empty() && id.len() <= 255 && !id.contains('\0'));
                     if let Plan::Call(effect) = self.effects.plan(&parsed) {
-                        let sql = statement(Some(&effect));
+                        let sql = claim_statement(Some(&effect));
                         let function = effect.function();
                         assert!(sql.contains(&format!("CASE WHEN c.won THEN {function}(")));
                     }

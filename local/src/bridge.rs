@@ -108,15 +108,12 @@ impl EventQueues {
     pub fn function_env(&self, provider: &str, source: &str) -> Vec<(String, String)> {
         let mut env = vec![
             (
-                claimonce::bridge::Bridge::source_var(provider),
+                claimonce::jobs::Bridge::source_var(provider),
                 source.to_owned(),
             ),
+            (claimonce::jobs::QUEUE_URL_VAR.to_owned(), self.url.clone()),
             (
-                claimonce::bridge::QUEUE_URL_VAR.to_owned(),
-                self.url.clone(),
-            ),
-            (
-                claimonce::bridge::DEAD_LETTER_URL_VAR.to_owned(),
+                claimonce::jobs::DEAD_LETTER_URL_VAR.to_owned(),
                 self.dead_letter_url.clone(),
             ),
         ];

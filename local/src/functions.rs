@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use claimonce::migrate::Migration;
-use claimonce::verify::Sign;
+use claimonce::prelude::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::standard_webhooks::StandardWebhooks;
 use claimonce::verify::timestamp_v1::TimestampV1;

@@ -25,12 +25,12 @@
 use std::io;
 use std::time::Duration;
 
-use claimonce::config::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::migrate::Migration;
+use claimonce::prelude::ConfigError;
 use claimonce::prelude::Provider;
-use claimonce::verify::Sign;
+use claimonce::prelude::Sign;
 use claimonce::{Limits, Receiver};
 use serde_json::Value;
 use tokio_postgres::Client;

@@ -101,7 +101,7 @@ async fn emulator(
 /// An SDK configuration for an endpoint on loopback (moto, or a test's stub): a fixed region
 /// and the documentation's example credentials, which neither checks.
 pub async fn aws_config_at(url: &str) -> aws_config::SdkConfig {
-    claimonce::auth::aws_config()
+    claimonce::jobs::aws_config()
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(url)
         .credentials_provider(aws_credential_types::Credentials::new(

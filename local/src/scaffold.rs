@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use claimonce::verify::Sign;
+use claimonce::prelude::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce::verify::standard_webhooks::StandardWebhooks;
 use claimonce::verify::timestamp_v1::TimestampV1;

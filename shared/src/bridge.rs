@@ -44,8 +44,6 @@ pub const QUEUE_URL_VAR: &str = "EVENT_QUEUE_URL";
 /// whose records it takes (when an operator turns that event source on).
 pub const DEAD_LETTER_URL_VAR: &str = "EVENT_DEAD_LETTER_QUEUE_URL";
 
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 /// The partner event source a provider's function takes events from, and its event queues.
 #[derive(Debug)]
 pub struct Bridge {
@@ -178,28 +176,6 @@ pub(crate) struct Envelope<'a> {
     /// The sender's event, as the sender wrote it.
     #[serde(borrow)]
     pub(crate) detail: &'a RawValue,
-}
-
-/// A sender's event unwrapped from EventBridge's `detail` by its provider
-/// ([`Provider::bridged`](crate::prelude::Provider::bridged)): the body and the headers its webhook
-/// would have carried, for the provider's own parser.
-#[derive(Debug)]
-pub struct Bridged<'d> {
-    /// The event's JSON, as its webhook's body would hold it.
-    pub body: &'d str,
-    /// What the webhook's headers would have said (Shopify's topic), read by the parser as
-    /// it reads them from a webhook.
-    pub headers: http::HeaderMap,
-}
-
-impl<'d> Bridged<'d> {
-    /// A `detail` that is the event itself, with no headers (Stripe's).
-    pub fn body(detail: &'d str) -> Self {
-        Self {
-            body: detail,
-            headers: http::HeaderMap::new(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -55,6 +55,10 @@ pub(crate) enum Finished {
     },
 }
 
+/// The claim's SQL function (migration of the shared schema): `(provider, event_id, event_type,
+/// payload_sha256)` in, one row `(won, stored_sha256)` out.
+pub const CLAIM_FUNCTION: &str = "claimonce_claim_v1";
+
 /// The claim's four parameters come first; an effect's arguments follow from `$5`.
 const CLAIM_PARAMS: usize = 4;
 
@@ -76,7 +80,7 @@ pub fn statement(effect: Option<&Effect>) -> String {
         }
         sql.push_str(") END");
     }
-    sql.push_str(" FROM claimonce_claim_v1($1, $2, $3, $4) AS c");
+    let _ = write!(sql, " FROM {CLAIM_FUNCTION}($1, $2, $3, $4) AS c");
     sql
 }
 
@@ -194,6 +198,7 @@ impl<A: Apply> Work for Settle<'_, A> {
     }
 }
 
+#[cfg(feature = "jobs")]
 /// Which of a provider's event ids the ledger holds (`claimonce_claimed_v1`, V16), as work on
 /// the environment's connection: what a recover function asks before it applies what it
 /// listed.
@@ -204,6 +209,7 @@ pub(crate) struct Claimed<'a> {
     pub(crate) event_ids: &'a [&'a str],
 }
 
+#[cfg(feature = "jobs")]
 impl Work for Claimed<'_> {
     type Output = std::collections::HashSet<String>;
 

@@ -118,7 +118,6 @@ impl std::fmt::Display for Injected {
 /// crates, whose steps are points too.
 #[cfg(not(feature = "faults"))]
 #[inline(always)]
-#[doc(hidden)]
 pub async fn hit(_point: Point) -> Result<(), Injected> {
     Ok(())
 }
@@ -127,7 +126,6 @@ pub async fn hit(_point: Point) -> Result<(), Injected> {
 /// crates, whose steps are points too.
 #[cfg(feature = "faults")]
 #[allow(clippy::panic, reason = "a panic is one of the faults a test arms")]
-#[doc(hidden)]
 pub async fn hit(point: Point) -> Result<(), Injected> {
     let fault = armed::take(point);
     if let Some(fault) = &fault {
@@ -135,7 +133,7 @@ pub async fn hit(point: Point) -> Result<(), Injected> {
         crate::log::Log::stdout().write(
             crate::log::Level::Warn,
             "fault injected",
-            crate::fields! { point: point.name(), fault: fault.name() },
+            crate::log::fields! { point: point.name(), fault: fault.name() },
         );
     }
     match fault {

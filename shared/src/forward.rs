@@ -24,8 +24,8 @@ pub const FORWARD_ATTRIBUTE_ROOM: usize = 2048;
 /// nothing, because the relay could never send it. This is the one place the limit is stated.
 pub const FORWARD_BODY_LIMIT: usize = SQS_MESSAGE_LIMIT - FORWARD_ATTRIBUTE_ROOM;
 
-/// A signed body the outbox can store and the relay can send: at most [`FORWARD_BODY_LIMIT`]
-/// bytes of UTF-8 JSON with no NUL in any string and no number outside `numeric`'s range
+/// A signed body the outbox can store and the relay can send: at most SQS's largest
+/// message (1 MiB) less 2 KiB for its attributes, of UTF-8 JSON with no NUL in any string and no number outside `numeric`'s range
 /// (PostgreSQL's `jsonb` refuses `\u0000`, and `1e-200000` or `1e200000` with 22003; a signed
 /// event it refused would be answered 500 and retried forever).
 #[derive(Debug, Clone)]
@@ -40,7 +40,7 @@ const MAX_SIGNATURE: usize = 256;
 
 impl Forwardable {
     /// Checks `body`; a refusal is a 400 (`invalid-payload`), or a 413 (`payload-too-large`)
-    /// for a body longer than [`FORWARD_BODY_LIMIT`].
+    /// for a longer body.
     pub fn new(body: &[u8]) -> Result<Self, Rejection> {
         // As the relay sends it: base64 when it holds a character SQS refuses.
         if crate::sqs::body::encoded_len(body) > FORWARD_BODY_LIMIT {

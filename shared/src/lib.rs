@@ -112,35 +112,37 @@
 //! function, sample event and tests, is under `examples/` (`docs/providers.md`, "Use it in
 //! your project").
 //!
-//! **What a provider crate uses** is [`prelude`] (one import: the [`Provider`](prelude::Provider)
-//! trait, its types, [`Effect`](prelude::Effect) and [`Tx`](prelude::Tx), the schemes' traits),
-//! the root's [`run_from_env`] for its binary and [`Receiver`] for its tests, [`verify`] (the
-//! schemes), [`config`], [`timestamp`], [`migrate`] (its migrations), [`secrets`] (how its secret
-//! is read) and, for tests that build a receiver, [`db`] and [`log`]. Each type has one path: a
-//! provider's through the prelude, the receiver's at the root, the rest in their module. Public enums that may grow are
-//! `#[non_exhaustive]`. The modules left out of this documentation serve this workspace's own
-//! scheduled functions and may change in any release. A connection of one's own
-//! (`db::Settings::connect`) exists only with the `jobs` feature, which the jobs turn on and a
-//! provider crate does not: its code is handed a claim's transaction, never a connection. A
-//! provider whose events carry only a reference to their data (Stripe's thin events) turns on
-//! `sender-api` instead, and completes them before the claim through [`complete`].
+//! The surface comes in three parts, and each name has one path:
+//! - **What a provider crate writes against**: [`prelude`] (one import: the
+//!   [`Provider`](prelude::Provider) trait and its types, [`Effect`](prelude::Effect) and
+//!   [`Tx`](prelude::Tx), the schemes' traits, [`ConfigError`](prelude::ConfigError)),
+//!   [`verify`] (the built-in schemes and the pieces to write one), [`config`], [`timestamp`],
+//!   [`migrate`] (its migrations), [`secrets`] (how its secret is read), and [`complete`] (with
+//!   the `sender-api` feature, `sender_api`) for a sender whose events carry only a reference to
+//!   their data (Stripe's thin events), completed before the claim.
+//! - **What runs a receiver**: the root's [`run_from_env`] (a binary's whole `main`),
+//!   [`Receiver`] with its [`Limits`] and [`Queues`], [`Disposition`], [`lambda`] (the Lambda
+//!   boundary; [`lambda::handle_event`] is how a provider's tests deliver), [`db`], [`log`],
+//!   [`sqs`] and [`fault`] (the named fault points).
+//! - **What this workspace's scheduled functions and tests use**: `jobs`, only with the `jobs`
+//!   feature, which a provider crate does not turn on: a connection of one's own
+//!   (`db::Settings::connect`) comes with it, where a provider's code is handed a claim's
+//!   transaction, never a connection. It may change in any release.
+//!
+//! Public enums that may grow are `#[non_exhaustive]`.
 
 #![warn(missing_docs)]
 
-// For this workspace's own scheduled functions and the AWS clients they build; not part of what
-// a provider crate uses, so not in the documentation.
-#[doc(hidden)]
-pub mod auth;
-pub mod bridge;
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
-pub mod claim;
+mod auth;
+mod bridge;
+mod budget;
+mod claim;
 pub mod complete;
 pub mod config;
 pub mod db;
 mod effect;
 pub mod fault;
-pub mod forward;
+mod forward;
 mod future;
 mod headers;
 mod ids;
@@ -153,33 +155,57 @@ mod provider;
 mod receiver;
 mod registry;
 mod response;
-#[doc(hidden)]
-pub mod scheduled;
+#[cfg(feature = "jobs")]
+mod scheduled;
 pub mod secrets;
-#[doc(hidden)]
 #[cfg(feature = "sender-api")]
 pub mod sender_api;
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
-pub mod spill;
+mod spill;
 pub mod sqs;
 pub mod timestamp;
 pub mod verify;
 
 /// What a provider crate uses, in one import: `use claimonce::prelude::*;`.
 pub mod prelude {
-    pub use crate::bridge::Bridged;
-    pub use crate::config::ConfigError;
+    pub use crate::config::error::ConfigError;
     pub use crate::effect::{Effect, EffectError, NoRustEffect, Param, Plan, RustEffect, Tx};
     pub use crate::forward::Forwardable;
     pub use crate::ids::EventId;
-    pub use crate::provider::{Parsed, Provider, ProviderName, Signed, Unsigned};
+    pub use crate::provider::{Bridged, Parsed, Provider, ProviderName, Signed, Unsigned};
     pub use crate::response::{Handshake, Problem, Rejection};
-    pub use crate::verify::{Scheme, Sign, Verify, split_secrets};
+    pub use crate::verify::scheme::{Scheme, Sign, Verify, split_secrets};
     pub use tokio_postgres::types::Type;
+}
+
+/// What this workspace's scheduled functions (the retention sweep, the outbox relay, the
+/// migrate and recover functions), its local runner and its tests use beyond a receiver: a
+/// job's budget, report and serving loop, a recover function's way in, the AWS clients and
+/// the queues' limits. A provider crate does not turn the `jobs` feature on, and what is here
+/// may change in any release.
+#[cfg(feature = "jobs")]
+pub mod jobs {
+    pub use crate::auth::{
+        AuthError, DbSecret, IamTokens, TOKEN_LIFETIME, auth_token, aws_config, fetch_secret,
+        fetch_secret_string, parse_secret,
+    };
+    pub use crate::bridge::{Bridge, DEAD_LETTER_URL_VAR, QUEUE_URL_VAR};
+    pub use crate::budget::Budget;
+    pub use crate::claim::{CLAIM_FUNCTION, statement as claim_statement};
+    pub use crate::forward::{
+        FORWARD_ATTRIBUTE_ROOM, FORWARD_BODY_LIMIT, FORWARD_FUNCTION, SQS_MESSAGE_LIMIT,
+    };
+    pub use crate::lambda::runtime::{begin, serve_job};
+    pub use crate::receiver::{Batch, Recovered};
+    pub use crate::scheduled::{
+        Job, JobFailed, Metric, Recovery, function_name, report_end, write_recovery_report,
+    };
+    pub use crate::spill::{
+        SPILL_ATTRIBUTE_ROOM, SPILL_BODY_LIMIT, SPILL_RETENTION_SECONDS, SPILLED_SIGNATURE_MAX_AGE,
+        Spill,
+    };
 }
 
 pub use ids::MAX_EVENT_ID_LEN;
 pub use lambda::from_env::run_from_env;
-pub use receiver::{Admission, Admitted, Batch, Limits, Queues, Receiver, Recovered};
+pub use receiver::{Admission, Admitted, Limits, Queues, Receiver};
 pub use response::Disposition;

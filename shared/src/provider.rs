@@ -11,7 +11,6 @@
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::bridge::Bridged;
 use crate::complete::{Incomplete, SenderApi};
 use crate::effect::{Plan, RustEffect};
 use crate::headers::{HeaderFault, one_header};
@@ -160,7 +159,7 @@ impl<E> Parsed<E> {
 /// #     type Event = ();
 /// #     type Rust<'e> = claimonce::prelude::NoRustEffect;
 /// #     const MANIFEST: &'static str = "[package.metadata.claimonce]\nprovider = \"example\"\n";
-/// #     fn verifier(&self) -> Option<&dyn claimonce::verify::Scheme> { None }
+/// #     fn verifier(&self) -> Option<&dyn claimonce::prelude::Scheme> { None }
 /// #     fn parse(
 /// #         &self,
 /// #         _: &claimonce::prelude::Signed<'_>,
@@ -199,7 +198,7 @@ pub trait Provider: ProviderName + Send + Sync + 'static {
     const MANIFEST: &'static str;
 
     /// The provider with no signing secret, for a function that takes its sender's events
-    /// through EventBridge alone ([`crate::bridge`]): it refuses every webhook (400
+    /// through EventBridge alone ([`Provider::bridged`]): it refuses every webhook (400
     /// `signature-mismatch`: nothing can be verified) and drains no spill queue. `None`, the
     /// default, for a provider that always needs its secret; the function then stops at start
     /// naming the secret's variable.
@@ -251,7 +250,7 @@ pub trait Provider: ProviderName + Send + Sync + 'static {
 
     /// Unwraps an event its sender delivered through Amazon EventBridge (the envelope's
     /// `detail`, as the sender wrote it) into the body and headers its webhook would have
-    /// carried, which [`Provider::parse`] then reads as it reads a webhook ([`crate::bridge`]).
+    /// carried, which [`Provider::parse`] then reads as it reads a webhook.
     /// `None`, the default, for a provider whose sender has no EventBridge integration: its
     /// function takes no EventBridge event.
     fn bridged<'d>(&self, detail: &'d str) -> Option<Result<Bridged<'d>, Rejection>> {
@@ -281,6 +280,28 @@ pub trait Provider: ProviderName + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Parsed<Self::Event>>, Incomplete>> + Send + 'a {
         let _ = (event, api);
         std::future::ready(Ok(None))
+    }
+}
+
+/// A sender's event unwrapped from EventBridge's `detail` by its provider
+/// ([`Provider::bridged`](crate::prelude::Provider::bridged)): the body and the headers its webhook
+/// would have carried, for the provider's own parser.
+#[derive(Debug)]
+pub struct Bridged<'d> {
+    /// The event's JSON, as its webhook's body would hold it.
+    pub body: &'d str,
+    /// What the webhook's headers would have said (Shopify's topic), read by the parser as
+    /// it reads them from a webhook.
+    pub headers: http::HeaderMap,
+}
+
+impl<'d> Bridged<'d> {
+    /// A `detail` that is the event itself, with no headers (Stripe's).
+    pub fn body(detail: &'d str) -> Self {
+        Self {
+            body: detail,
+            headers: http::HeaderMap::new(),
+        }
     }
 }
 

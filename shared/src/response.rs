@@ -135,8 +135,7 @@ pub enum Disposition {
     /// A failure on our side; the transaction rolled back and the sender will retry.
     Error,
     /// The database could not take it; the verified delivery is on the provider's spill
-    /// queue, to be applied through the same claim when the database is back
-    /// ([`crate::spill`]).
+    /// queue, to be applied through the same claim when the database is back.
     Queued,
     /// A verified handshake, answered with the provider's own body; nothing claimed.
     Handshake(Handshake),

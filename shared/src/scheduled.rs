@@ -5,7 +5,9 @@
 //! short transaction, and starts another only while its budget allows, so it finishes and
 //! reports before Lambda would kill it. What it did not get to, the next run does.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
+
+use crate::budget::Budget;
 
 pub use crate::metrics::Metric;
 
@@ -27,47 +29,6 @@ pub trait Job: Sync {
     ) -> impl std::future::Future<Output = Result<Self::Report, JobFailed>> + Send;
 }
 
-/// When a job must stop starting new units of work.
-#[derive(Debug, Clone, Copy)]
-pub struct Budget {
-    stop_at: Instant,
-}
-
-impl Budget {
-    /// A budget that ends at `stop_at` (tests choose it freely).
-    pub fn until(stop_at: Instant) -> Self {
-        Self { stop_at }
-    }
-
-    /// A budget that ends `margin` before the invocation's `deadline` (the Lambda context's
-    /// deadline, a wall-clock time). The margin must cover the longest unit of work plus the
-    /// report, so a unit started just before the budget ends still finishes in time.
-    pub fn before_deadline(deadline: SystemTime, margin: Duration) -> Self {
-        let left = deadline
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO)
-            .saturating_sub(margin);
-        Self {
-            stop_at: Instant::now() + left,
-        }
-    }
-
-    /// True while another unit of work may start.
-    pub fn allows_more(&self) -> bool {
-        self.allows(Duration::ZERO)
-    }
-
-    /// True while a unit of work that may take `need` can still end within the budget.
-    pub fn allows(&self, need: Duration) -> bool {
-        Instant::now() + need < self.stop_at
-    }
-
-    /// Time left in the budget.
-    pub fn remaining(&self) -> Duration {
-        self.stop_at.saturating_duration_since(Instant::now())
-    }
-}
-
 /// The function's name as Lambda sets it (`AWS_LAMBDA_FUNCTION_NAME`), else `default`: the
 /// value of the `Function` dimension, which the template's alarms name with `!Ref`.
 pub fn function_name(default: &str) -> String {
@@ -83,7 +44,7 @@ pub fn report_end<'a>(
     metrics: &'a [Metric<'a>],
 ) -> impl crate::log::Fields + 'a {
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    crate::fields! {
+    crate::log::fields! {
         duration_ms: ms,
         error: error;
         ..crate::metrics::Embedded { dimension: ("Function", function), metrics }
@@ -148,8 +109,7 @@ pub fn write_recovery_report(
     } else {
         crate::log::Level::Info
     };
-    let line =
-        crate::fields! { provider: provider, duration_ms: ms, error: error; ..(line, metrics) };
+    let line = crate::log::fields! { provider: provider, duration_ms: ms, error: error; ..(line, metrics) };
     log.write(level, message, line);
 }
 
@@ -175,22 +135,6 @@ impl std::error::Error for JobFailed {}
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_budget_ends_a_margin_before_the_deadline() {
-        let deadline = SystemTime::now() + Duration::from_secs(60);
-        let budget = Budget::before_deadline(deadline, Duration::from_secs(10));
-        assert!(budget.allows_more());
-        let left = budget.remaining();
-        assert!(
-            left <= Duration::from_secs(50) && left > Duration::from_secs(48),
-            "{left:?}"
-        );
-        let spent = Budget::before_deadline(deadline, Duration::from_secs(90));
-        assert!(!spent.allows_more());
-        let past = Budget::before_deadline(SystemTime::UNIX_EPOCH, Duration::ZERO);
-        assert!(!past.allows_more());
-    }
 
     #[test]
     fn the_report_line_is_embedded_metric_format() {

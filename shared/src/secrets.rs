@@ -22,8 +22,6 @@ pub fn refresh_interval() -> Result<Duration, ConfigError> {
     Ok(Duration::from_secs(seconds))
 }
 
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 /// Where the signing secrets come from.
 #[derive(Clone)]
 pub struct WebhookSecrets {

@@ -46,7 +46,29 @@ fn the_public_api_is_the_one_written_down() {
         for (line, hidden) in render(&json).unwrap_or_else(|e| panic!("rustdoc's JSON: {e}")) {
             lines.entry(line).or_insert((features, hidden));
         }
+        let twice: Vec<String> = documented_paths(&json)
+            .unwrap_or_else(|e| panic!("rustdoc's JSON: {e}"))
+            .into_values()
+            .filter(|paths| paths.len() > 1)
+            .map(|paths| paths.into_iter().collect::<Vec<_>>().join(" and "))
+            .collect();
+        assert!(
+            twice.is_empty(),
+            "one path per name (features {features:?}); reached twice: {twice:#?}"
+        );
     }
+    // What is public but undocumented is only what the `fields!` macro expands to in a caller's
+    // crate; everything else is documented, the jobs' behind their feature.
+    let hidden: Vec<&str> = lines
+        .iter()
+        .filter(|((_, kind, _), (_, hidden))| *hidden && kind != "impl")
+        .map(|((path, _, _), _)| path.as_str())
+        .collect();
+    assert_eq!(
+        hidden,
+        ["claimonce::__log_fields", "claimonce::log::SerializeMap"],
+        "public but hidden from the documentation"
+    );
     assert!(
         lines
             .keys()
@@ -177,9 +199,9 @@ type Line = (String, String, String);
 /// it is hidden.
 type Homes = BTreeMap<String, (String, bool)>;
 
-/// Every public path of the crate in `json`, with its kind and declaration, and whether it is
-/// hidden; and each trait a listed type implements.
-fn render(json: &Value) -> Result<BTreeMap<Line, bool>, String> {
+/// The crate in `json`, walked from its root: every public path of each module, and where each
+/// type's members will be listed.
+fn walked(json: &Value) -> Result<(Crate<'_>, Walk<'_>), String> {
     let field = |name: &str| {
         json.get(name)
             .and_then(Value::as_object)
@@ -189,14 +211,34 @@ fn render(json: &Value) -> Result<BTreeMap<Line, bool>, String> {
         index: field("index")?,
         paths: field("paths")?,
     };
-    let root = json.get("root").ok_or("no root")?;
     let mut walk = Walk {
         found: Found::new(),
         homes: Homes::new(),
         modules: Vec::new(),
         impls: Vec::new(),
     };
-    krate.named(root, "claimonce", false, &mut walk)?;
+    let root = json.get("root").ok_or("no root")?;
+    krate.named(root, "claimonce", false, false, &mut walk)?;
+    Ok((krate, walk))
+}
+
+/// The documented paths of each item of this crate (by id) reached at more than its members'
+/// home: a name a caller can import in two ways.
+fn documented_paths(json: &Value) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
+    let (_, walk) = walked(json)?;
+    let mut by_item: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for ((path, _), (hidden, id)) in walk.found {
+        if let (false, Some(id)) = (hidden, id) {
+            by_item.entry(id).or_default().insert(path);
+        }
+    }
+    Ok(by_item)
+}
+
+/// Every public path of the crate in `json`, with its kind and declaration, and whether it is
+/// hidden; and each trait a listed type implements.
+fn render(json: &Value) -> Result<BTreeMap<Line, bool>, String> {
+    let (krate, mut walk) = walked(json)?;
     for (id, (home, hidden)) in &walk.homes {
         krate.members(id, home, *hidden, &mut walk.found, &mut walk.impls)?;
     }
@@ -296,6 +338,13 @@ fn is_hidden(item: &Value) -> bool {
         .any(|attr| attr.to_string().replace(' ', "").contains("doc(hidden)"))
 }
 
+/// A re-export marked `#[doc(inline)]`.
+fn is_inlined(item: &Value) -> bool {
+    ids(item, "attrs")
+        .iter()
+        .any(|attr| attr.to_string().replace(' ', "").contains("doc(inline)"))
+}
+
 fn name(item: &Value) -> Result<&str, String> {
     item.get("name")
         .and_then(Value::as_str)
@@ -310,6 +359,7 @@ impl<'a> Crate<'a> {
         id: &Value,
         path: &str,
         hidden: bool,
+        inlined: bool,
         walk: &mut Walk<'a>,
     ) -> Result<(), String> {
         let Some(item) = self.index.get(&key(id)) else {
@@ -324,7 +374,8 @@ impl<'a> Crate<'a> {
                 .insert((path.to_owned(), word(kind).to_owned()), (hidden, None));
             return Ok(());
         };
-        let hidden = hidden || is_hidden(item);
+        // rustdoc documents a hidden item at a re-export marked `#[doc(inline)]`.
+        let hidden = hidden || (is_hidden(item) && !inlined);
         let (kind, body) = inner(item).ok_or_else(|| format!("{path}: no kind"))?;
         walk.found.insert(
             (path.to_owned(), word(kind).to_owned()),
@@ -394,7 +445,7 @@ impl<'a> Crate<'a> {
                 let child_path = format!("{path}::{alias}");
                 match import.get("id").filter(|target| !target.is_null()) {
                     Some(target) if import["is_glob"] != Value::Bool(true) => {
-                        self.named(target, &child_path, hidden, walk)
+                        self.named(target, &child_path, hidden, is_inlined(child), walk)
                     }
                     _ => {
                         let source = import["source"].as_str().unwrap_or_default();
@@ -405,7 +456,13 @@ impl<'a> Crate<'a> {
                 }
             }
             Some(("impl", _)) => Ok(()),
-            _ => self.named(id, &format!("{path}::{}", name(child)?), hidden, walk),
+            _ => self.named(
+                id,
+                &format!("{path}::{}", name(child)?),
+                hidden,
+                false,
+                walk,
+            ),
         }
     }
 

@@ -664,7 +664,7 @@ fn sam_local_s_event_queue_is_in_the_samples_account() {
     let env: Value = serde_json::from_str(&text).expect("JSON");
     for (name, provider) in [("StripeFunction", "stripe"), ("ShopifyFunction", "shopify")] {
         let source = claimonce_local::bridge::local_source(function(provider));
-        let var = claimonce::bridge::Bridge::source_var(provider);
+        let var = claimonce::jobs::Bridge::source_var(provider);
         assert_eq!(env[name][&var].as_str(), source.as_deref(), "{name}");
         let sample = function(provider).eventbridge_samples()[0].clone();
         let sample: Value =

@@ -134,7 +134,8 @@ fn the_shared_crate_s_modules_import_one_way() {
 }
 
 /// No module reaches back up to the crate's root: every `crate::<name>` a module writes names a
-/// module (or a macro a module defines, which the language exports at the root: `fields!`),
+/// module (or a macro a module defines, which the language exports at the root: `log` re-exports
+/// its `fields!` from there),
 /// and `lib.rs` holds only modules and re-exports, so the house drawn from the imports has the
 /// root above everything and nothing under it pointing up.
 #[test]
@@ -161,11 +162,18 @@ fn no_module_imports_back_up_to_the_crate_s_root() {
         .find(|(m, _)| m == "lib")
         .map(|(_, code)| code.clone())
         .expect("lib.rs");
+    // A re-export that runs over several lines continues until its `;`.
+    let mut in_use = false;
     let items: Vec<&str> = lib
         .lines()
         .map(str::trim_start)
         .filter(|l| {
-            !l.is_empty()
+            let continued = in_use;
+            if ["pub use ", "use "].iter().any(|p| l.starts_with(p)) || in_use {
+                in_use = !l.ends_with(';');
+            }
+            !continued
+                && !l.is_empty()
                 && !l.starts_with('#')
                 && !l.starts_with("//")
                 && !l.starts_with('}')

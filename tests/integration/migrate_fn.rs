@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use claimonce::config::ConfigError;
 use claimonce::db::Settings;
 use claimonce::log::Log;
 use claimonce::migrate::Migration;
+use claimonce::prelude::ConfigError;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_migrate::Migrator;
 use claimonce_tests::TestDb;

@@ -416,7 +416,7 @@ async fn prepare(
     ];
     types.extend(declared);
     client
-        .prepare_typed(&claimonce::claim::statement(Some(effect)), &types)
+        .prepare_typed(&claimonce::jobs::claim_statement(Some(effect)), &types)
         .await
         .map(drop)
         .map_err(|e| match e.as_db_error() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use claimonce::Receiver;
 use claimonce::db::Settings;
-use claimonce::scheduled::Budget;
+use claimonce::jobs::Budget;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{assert_generic_500, outcome, post_stripe};

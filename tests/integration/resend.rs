@@ -393,7 +393,7 @@ async fn an_event_delivered_again_after_the_sweep_removed_its_claim_is_processed
         &client,
         settings.timeouts(),
         &retention_sweep::Policy::new(90, 5000).expect("policy"),
-        &claimonce::scheduled::Budget::until(
+        &claimonce::jobs::Budget::until(
             std::time::Instant::now() + std::time::Duration::from_secs(60),
         ),
     )

@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use claimonce::scheduled::Budget;
+use claimonce::jobs::Budget;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
 use claimonce_tests::TestDb;
 use claimonce_tests::lambda::binaries;

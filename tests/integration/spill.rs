@@ -569,7 +569,7 @@ fn the_template_s_body_limit_is_one_a_delivery_can_be_spilled_with() {
         .trim_matches('\'');
     assert_eq!(
         value.parse::<usize>().expect("a number"),
-        claimonce::spill::SPILL_BODY_LIMIT
+        claimonce::jobs::SPILL_BODY_LIMIT
     );
 }
 
@@ -845,7 +845,7 @@ async fn the_drain_refuses_a_signature_older_than_any_spilled_message_and_applie
     for queue in ["StripeSpillQueue", "StripeSpillDeadLetterQueue"] {
         assert_eq!(
             declared_in(queue, "MessageRetentionPeriod"),
-            Some(claimonce::spill::SPILL_RETENTION_SECONDS.to_string()),
+            Some(claimonce::jobs::SPILL_RETENTION_SECONDS.to_string()),
             "the bound is {queue}'s retention as deployed"
         );
         assert_eq!(declared_in(queue, "FifoQueue"), None, "{queue} is standard");
@@ -881,7 +881,7 @@ async fn the_drain_bounds_the_signed_age(
     )
     .await;
     let oldest =
-        claimonce::spill::SPILL_RETENTION_SECONDS + claimonce::config::MAX_TOLERANCE_SECONDS;
+        claimonce::jobs::SPILL_RETENTION_SECONDS + claimonce::config::MAX_TOLERANCE_SECONDS;
     let answer = function
         .invoke(&json!({"Records": [record("just-outside", oldest + 60, &own)]}))
         .await;
@@ -1296,7 +1296,7 @@ async fn an_sqs_event_on_the_http_path_is_refused_and_applies_nothing() {
     let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/spill";
     let (receiver, _) = db.receiver(claimonce_tests::sign::stripe());
     let queues = claimonce::Queues::new(
-        Some(claimonce::spill::Spill::new(queue, Duration::from_secs(1))),
+        Some(claimonce::jobs::Spill::new(queue, Duration::from_secs(1))),
         None,
     );
     let (body, _) = signed_invoice(0);

@@ -19,8 +19,8 @@ use claimonce::prelude::{
     Effect, EffectError, Param, Parsed, Plan, Provider, Rejection, RustEffect, Signed, Tx, Type,
     Unsigned,
 };
+use claimonce::prelude::{Scheme, Sign};
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
-use claimonce::verify::{Scheme, Sign};
 use claimonce::{Limits, Receiver};
 use claimonce_bench::{api_gateway_event, cpu_ms, postgres_cpu_ms, postmaster_pid, settle};
 use claimonce_local::postgres::{Options, Postgres, provider_login_sql};

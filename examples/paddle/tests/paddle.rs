@@ -11,7 +11,7 @@ use std::sync::Arc;
 use claimonce::Receiver;
 use claimonce::prelude::ProviderName;
 use claimonce::timestamp::unix_now;
-use claimonce::verify::Sign;
+use claimonce::prelude::Sign;
 use claimonce_local::kit::{self, Binary, answer};
 use claimonce_local::scratch::{Scratch, ScratchDb};
 use paddle_webhook::{MIGRATIONS, Paddle, PaddleSignature};

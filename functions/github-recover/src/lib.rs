@@ -40,9 +40,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
+use claimonce::jobs::{self, Budget, JobFailed, Recovery};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
+use claimonce::prelude::ConfigError;
 use claimonce::sender_api::{Api, ApiError, Quiet, secret_header};
 use claimonce::timestamp::unix_now;
 use http::{HeaderName, HeaderValue, Method};
@@ -419,7 +420,7 @@ impl Recoverer {
                     self.log.write(
                         claimonce::log::Level::Warn,
                         "GitHub refused a redelivery",
-                        claimonce::fields! {
+                        claimonce::log::fields! {
                             guid: f.guid.as_str(),
                             delivery_id: f.latest_id,
                             status: answer.status.as_u16(),
@@ -533,7 +534,7 @@ impl Recoverer {
             still_failing: report.not_redelivered,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
-        scheduled::write_recovery_report(
+        jobs::write_recovery_report(
             &self.log,
             "github recovery",
             "github",
@@ -564,7 +565,7 @@ pub fn next_page(headers: &http::HeaderMap, base: &str) -> Option<String> {
     })
 }
 
-impl claimonce::scheduled::Job for Recoverer {
+impl claimonce::jobs::Job for Recoverer {
     type Report = Report;
 
     /// The margin kept before the invocation's deadline: one request, then the line.
@@ -596,7 +597,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         Ok::<_, ConfigError>(Recoverer::new(api, app, policy, log.clone()))
     }
     .await;
-    claimonce::lambda::serve_job(built).await
+    claimonce::jobs::serve_job(built).await
 }
 
 #[cfg(test)]

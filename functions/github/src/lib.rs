@@ -458,7 +458,7 @@ mod tests {
         let Some(effect) = effect(&issue.event) else {
             panic!("forwarded");
         };
-        assert_eq!(effect.function(), claimonce::forward::FORWARD_FUNCTION);
+        assert_eq!(effect.function(), claimonce::jobs::FORWARD_FUNCTION);
     }
 
     #[test]

@@ -619,7 +619,7 @@ async fn a_forwarded_number_jsonb_cannot_store_is_a_400_that_writes_nothing() {
 async fn relay_to(db: &TestDb, sqs: &outbox_relay::sqs::Sqs) -> outbox_relay::Report {
     let settings = db.settings();
     let client = settings.connect().await.expect("connect");
-    let budget = claimonce::scheduled::Budget::until(
+    let budget = claimonce::jobs::Budget::until(
         std::time::Instant::now() + std::time::Duration::from_secs(60),
     );
     let options = outbox_relay::Options::default();
@@ -711,7 +711,7 @@ async fn a_forward_leaves_as_the_signed_bytes_and_a_replay_under_another_name_ke
 
 #[tokio::test]
 async fn a_forward_no_queue_message_could_hold_is_413_and_writes_nothing() {
-    use claimonce::forward::FORWARD_BODY_LIMIT;
+    use claimonce::jobs::FORWARD_BODY_LIMIT;
     let db = TestDb::new().await;
     let (receiver, _) = db.receiver(github());
     let sized = |len: usize| {

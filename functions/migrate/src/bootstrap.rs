@@ -21,8 +21,9 @@
 
 use std::path::Path;
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::{Settings, Timeouts, Trust};
+use claimonce::prelude::ConfigError;
 use tokio_postgres::Client;
 
 use crate::{HandlerUser, Options, RoleName, database_error};
@@ -68,7 +69,7 @@ impl Bootstrap {
         let trust = root
             .as_deref()
             .map_or(Trust::Pem(RDS_CA_BUNDLE), |p| Trust::PemFile(Path::new(p)));
-        let aws = claimonce::auth::aws_config().load().await;
+        let aws = claimonce::jobs::aws_config().load().await;
         let master = Settings::with_secret(&host, port, &dbname, aws, &arn, trust, timeouts)
             .await
             .map_err(|e| {

@@ -305,7 +305,7 @@ impl Migrator {
             self.log.write(
                 claimonce::log::Level::Error,
                 "custom-resource request refused",
-                claimonce::fields! { request_type: request.request_type.as_str(), error: why },
+                claimonce::log::fields! { request_type: request.request_type.as_str(), error: why },
             );
             return Err(format!("custom-resource request refused: {why}"));
         }
@@ -337,7 +337,7 @@ impl Migrator {
                 self.log.write(
                     claimonce::log::Level::Info,
                     "migrations skipped: the request is for another function version (a rollback)",
-                    claimonce::fields! { request_type: request.request_type.as_str() },
+                    claimonce::log::fields! { request_type: request.request_type.as_str() },
                 );
                 Ok(Some(Outcome {
                     applied: Vec::new(),

@@ -36,10 +36,11 @@ mod runner;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::{Settings, Timeouts};
 use claimonce::log::Log;
 use claimonce::migrate::Migration;
+use claimonce::prelude::ConfigError;
 use lambda_runtime::{LambdaEvent, service_fn};
 use serde_json::Value;
 
@@ -126,7 +127,7 @@ pub async fn run_from_env_with(
         async {
             let mut options = Options::from_env()?;
             if let Some(raw) = config::optional("DB_HANDLER_SECRETS") {
-                let aws = claimonce::auth::aws_config().load().await;
+                let aws = claimonce::jobs::aws_config().load().await;
                 options
                     .handler_users
                     .extend(handler_users_from_secrets(&raw, &aws).await?);
@@ -143,7 +144,7 @@ pub async fn run_from_env_with(
     let migrator = &migrator;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = work_deadline(event.context.deadline);
-        claimonce::lambda::begin(&event.context);
+        claimonce::jobs::begin(&event.context);
         migrator
             .handle_until(&event.payload, Some(deadline))
             .await

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use claimonce::config::ConfigError;
+use claimonce::prelude::ConfigError;
 use serde_json::Value;
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
@@ -111,7 +111,7 @@ pub async fn handler_users_from_secrets(
         }
         let role = RoleName::parse(role)?;
         let what = format!("the database secret of {role}'s receiver");
-        let text = claimonce::auth::fetch_secret_string(aws, arn, &what)
+        let text = claimonce::jobs::fetch_secret_string(aws, arn, &what)
             .await
             .map_err(|e| ConfigError::new(format!("DB_HANDLER_SECRETS: {e}")))?;
         let username = serde_json::from_str::<Value>(&text)

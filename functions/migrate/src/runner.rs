@@ -4,10 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::Settings;
 use claimonce::log::Log;
 use claimonce::migrate::{self, Bounds, MigrateError, Migration};
+use claimonce::prelude::ConfigError;
 
 use crate::bootstrap::Bootstrap;
 use crate::logins::{HandlerUser, RoleName, configure_handlers};
@@ -321,7 +322,7 @@ impl Migrator {
     pub(crate) fn write(&self, request_type: &str, result: &Result<Outcome, String>) {
         match result {
             Ok(outcome) => {
-                let line = claimonce::fields! {
+                let line = claimonce::log::fields! {
                     request_type: request_type,
                     applied: outcome.applied.as_slice(),
                     latest: outcome.latest,
@@ -330,7 +331,8 @@ impl Migrator {
                     .write(claimonce::log::Level::Info, "migrations", line);
             }
             Err(e) => {
-                let line = claimonce::fields! { request_type: request_type, error: e.as_str() };
+                let line =
+                    claimonce::log::fields! { request_type: request_type, error: e.as_str() };
                 self.log
                     .write(claimonce::log::Level::Error, "migrations failed", line);
             }

@@ -26,11 +26,12 @@ pub mod sqs;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::{Settings, Timeouts};
 use claimonce::fault::Point;
+use claimonce::jobs::{self, Budget, JobFailed, Metric};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, JobFailed, Metric};
+use claimonce::prelude::ConfigError;
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -573,14 +574,14 @@ impl<D: Dispatch> Relay<D> {
                 value,
             });
         }
-        let line = claimonce::fields! {
+        let line = claimonce::log::fields! {
             dispatched: report.dispatched,
             failed: report.failed,
             batches: report.batches,
             finished: report.finished,
             set_aside: report.set_aside,
             oldest_pending_seconds: oldest_pending_seconds;
-            ..scheduled::report_end(started, report.error.as_deref(), &self.function, &metrics)
+            ..jobs::report_end(started, report.error.as_deref(), &self.function, &metrics)
         };
         let level = if report.error.is_some() {
             claimonce::log::Level::Error
@@ -593,7 +594,7 @@ impl<D: Dispatch> Relay<D> {
     }
 }
 
-impl<D: Dispatch + Sync> claimonce::scheduled::Job for Relay<D> {
+impl<D: Dispatch + Sync> claimonce::jobs::Job for Relay<D> {
     type Report = Report;
 
     /// Kept before the invocation's deadline: one send, one database step and the report.
@@ -620,11 +621,11 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             options,
             dispatch,
             log.clone(),
-            scheduled::function_name(FUNCTION),
+            jobs::function_name(FUNCTION),
         ))
     }
     .await;
-    claimonce::lambda::serve_job(built).await
+    claimonce::jobs::serve_job(built).await
 }
 
 #[cfg(test)]
@@ -704,7 +705,7 @@ mod tests {
 
     #[test]
     fn the_largest_forward_a_receiver_accepts_fits_one_sqs_message() {
-        use claimonce::forward::{FORWARD_BODY_LIMIT, SQS_MESSAGE_LIMIT};
+        use claimonce::jobs::{FORWARD_BODY_LIMIT, SQS_MESSAGE_LIMIT};
         // Every attribute at the longest the receivers and migration V12 let through.
         let largest = OutboxRow {
             topic: "t".repeat(128),

@@ -9,7 +9,8 @@
 
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::MessageAttributeValue;
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
+use claimonce::prelude::ConfigError;
 
 use crate::{Dispatch, OutboxRow};
 
@@ -35,7 +36,7 @@ impl Sqs {
     /// the function; `AWS_ENDPOINT_URL_SQS` redirects it, e.g. to a VPC endpoint or a test).
     pub async fn from_env() -> Result<Self, ConfigError> {
         let url = config::required("OUTBOX_QUEUE_URL")?;
-        let aws = claimonce::auth::aws_config().load().await;
+        let aws = claimonce::jobs::aws_config().load().await;
         Ok(Self::new(&aws, &url))
     }
 

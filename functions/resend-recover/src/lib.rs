@@ -26,9 +26,10 @@
 
 use std::time::{Duration, Instant};
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
+use claimonce::jobs::{self, Budget, JobFailed, Recovery};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
+use claimonce::prelude::ConfigError;
 use claimonce::sender_api::{Api, ApiError, ApiKey, Quiet};
 use claimonce::timestamp::unix_now;
 use http::Method;
@@ -266,7 +267,7 @@ impl Recoverer {
                     self.log.write(
                         claimonce::log::Level::Warn,
                         "Resend refused a replay",
-                        claimonce::fields! {
+                        claimonce::log::fields! {
                             event_id: event.id.as_str(),
                             event_type: event.kind.as_str(),
                             status: answer.status.as_u16(),
@@ -389,7 +390,7 @@ impl Recoverer {
             still_failing: report.not_replayed,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
-        scheduled::write_recovery_report(
+        jobs::write_recovery_report(
             &self.log,
             "resend recovery",
             "resend",
@@ -401,7 +402,7 @@ impl Recoverer {
     }
 }
 
-impl claimonce::scheduled::Job for Recoverer {
+impl claimonce::jobs::Job for Recoverer {
     type Report = Report;
 
     /// The margin kept before the invocation's deadline: one request, then the line.
@@ -432,7 +433,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         Recoverer::new(api, ApiKey::new(&key), webhook_id, policy, log.clone())
     }
     .await;
-    claimonce::lambda::serve_job(built).await
+    claimonce::jobs::serve_job(built).await
 }
 
 #[cfg(test)]

@@ -21,11 +21,12 @@
 
 use std::time::{Duration, Instant};
 
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::{Settings, Timeouts};
 use claimonce::fault::Point;
+use claimonce::jobs::{self, Budget, JobFailed, Metric};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, JobFailed, Metric};
+use claimonce::prelude::ConfigError;
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -422,14 +423,14 @@ impl Sweeper {
                 value: report.outbox_removed as f64,
             },
         ];
-        let line = claimonce::fields! {
+        let line = claimonce::log::fields! {
             removed: report.removed,
             outbox_removed: report.outbox_removed,
             batches: report.batches,
             finished: report.finished,
             retention_days: self.policy.retention_days,
             batch_size: self.policy.batch_size;
-            ..scheduled::report_end(started, report.error.as_deref(), &self.function, &metrics)
+            ..jobs::report_end(started, report.error.as_deref(), &self.function, &metrics)
         };
         let level = if report.error.is_some() {
             claimonce::log::Level::Error
@@ -440,7 +441,7 @@ impl Sweeper {
     }
 }
 
-impl claimonce::scheduled::Job for Sweeper {
+impl claimonce::jobs::Job for Sweeper {
     type Report = Report;
 
     /// The margin kept before the invocation's deadline: one batch can take up to the
@@ -466,11 +467,11 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             settings,
             policy,
             log.clone(),
-            scheduled::function_name(FUNCTION),
+            jobs::function_name(FUNCTION),
         ))
     }
     .await;
-    claimonce::lambda::serve_job(built).await
+    claimonce::jobs::serve_job(built).await
 }
 
 #[cfg(test)]
@@ -484,9 +485,9 @@ mod tests {
     fn the_drain_s_signature_bound_is_well_inside_the_shortest_retention() {
         let shortest = u64::from(MIN_RETENTION_DAYS) * 86_400;
         assert!(
-            claimonce::spill::SPILLED_SIGNATURE_MAX_AGE * 2 < shortest,
+            claimonce::jobs::SPILLED_SIGNATURE_MAX_AGE * 2 < shortest,
             "{} s against {shortest} s",
-            claimonce::spill::SPILLED_SIGNATURE_MAX_AGE
+            claimonce::jobs::SPILLED_SIGNATURE_MAX_AGE
         );
     }
 

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use claimonce::Receiver;
 use claimonce::db::Settings;
+use claimonce::prelude::Scheme;
 use claimonce::prelude::{
     EffectError, Parsed, Plan, Provider, Rejection, RustEffect, Signed, Tx, Unsigned,
 };
-use claimonce::verify::Scheme;
 use claimonce::verify::body_hmac::BodyHmac;
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_tests::TestDb;

@@ -19,7 +19,7 @@
 //! reports is the oldest event it listed and did not apply, or, when the listing did not reach
 //! the window's start, the window's own age: an event it could not see may be that old. It
 //! writes one line with what it saw and did, and the recovery metrics by `Provider`
-//! ([`claimonce::scheduled::Recovery`]).
+//! ([`claimonce::jobs::Recovery`]).
 //!
 //! With `RECOVER_THIN_EVENTS=true` a run also reads Stripe's thin events:
 //! `GET /v2/core/events?delivery_success=false` over the same window (`created_gte`,
@@ -42,13 +42,15 @@
 use std::time::{Duration, Instant};
 
 use claimonce::complete::{self, SenderApi};
-use claimonce::config::{self, ConfigError};
+use claimonce::config;
 use claimonce::db::{Database, Settings};
+use claimonce::jobs::Batch;
+use claimonce::jobs::{self, Budget, JobFailed, Recovery};
 use claimonce::log::Log;
-use claimonce::scheduled::{self, Budget, JobFailed, Recovery};
+use claimonce::prelude::ConfigError;
 use claimonce::sender_api::{Api, ApiError, ApiKey};
 use claimonce::timestamp::unix_now;
-use claimonce::{Batch, Disposition, Limits, Receiver};
+use claimonce::{Disposition, Limits, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -660,14 +662,14 @@ impl Recoverer {
             Value::Object(map) => map,
             _ => Map::new(),
         };
-        let line = claimonce::fields! { lookback_hours: window.lookback_hours; ..answer };
+        let line = claimonce::log::fields! { lookback_hours: window.lookback_hours; ..answer };
         let counts = Recovery {
             recovered: report.applied,
             duplicates: Some(report.duplicates),
             still_failing: report.failed + report.not_tried + report.left_for_next_run,
             oldest_failure_age_seconds: report.oldest_failure_age_seconds,
         };
-        scheduled::write_recovery_report(
+        jobs::write_recovery_report(
             &self.log,
             "stripe recovery",
             "stripe",
@@ -702,7 +704,7 @@ fn stripe_error(body: &[u8]) -> String {
     }
 }
 
-impl claimonce::scheduled::Job for Recoverer {
+impl claimonce::jobs::Job for Recoverer {
     type Report = Report;
 
     /// The margin kept before the invocation's deadline.
@@ -746,7 +748,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         )
     }
     .await;
-    claimonce::lambda::serve_job(built).await
+    claimonce::jobs::serve_job(built).await
 }
 
 #[cfg(test)]

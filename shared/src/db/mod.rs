@@ -3,7 +3,7 @@
 //! up to [`Database::with_connections`] on Lambda Managed Instances), each reused and re-made
 //! when found closed, and a bound on every wait. It runs a delivery's `Work` with its
 //! deadline, reconnect and cancel, and knows nothing of claims: what the work sends is the
-//! claim layer's ([`crate::claim`]).
+//! claim layer's.
 
 mod error;
 mod settings;
@@ -425,6 +425,7 @@ impl Database {
     /// deadline passes with a statement sent, the statement is cancelled on the server and the
     /// connection closed; so is a connection the work reports it may have left in a
     /// transaction ([`Attempted::reusable`]).
+    #[cfg(feature = "jobs")]
     pub(crate) async fn run<W: Work>(&self, work: &W) -> Result<W::Output, DeliveryError> {
         self.run_counted(work).await.outcome
     }

@@ -13,8 +13,6 @@ use serde::ser::{SerializeMap, Serializer};
 use super::event::Format;
 use crate::response::Disposition;
 
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 /// The API Gateway response payload for one request, in the event's format.
 #[derive(Debug)]
 pub struct Payload {
@@ -142,8 +140,6 @@ impl BatchResponse {
     }
 }
 
-// The jobs' and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 /// The answer to one invocation.
 #[derive(Debug, Serialize)]
 #[serde(untagged)]

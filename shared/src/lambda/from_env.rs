@@ -58,7 +58,7 @@ pub async fn run_from_env<P: Provider>(
             log.write(
                 crate::log::Level::Error,
                 "the Lambda Runtime API failed before any invocation",
-                crate::fields! { cause: error.to_string() },
+                crate::log::fields! { cause: error.to_string() },
             );
             std::process::ExitCode::FAILURE
         }

@@ -1,6 +1,6 @@
 //! The Lambda boundary: an API Gateway event (HTTP API payload 2.0 or REST API 1.0) in, the
 //! matching API Gateway response payload out; an SQS event from the spill queue or the event
-//! queue (EventBridge, [`crate::bridge`]) in, a partial batch response out; and the runtime loop
+//! queue (EventBridge's, [`Queues`]) in, a partial batch response out; and the runtime loop
 //! that serves them. It reads the event, hands what it read to the receiver's way in for it,
 //! and answers; the receiver never sees a Lambda type.
 //!
@@ -13,12 +13,11 @@ use std::time::Instant;
 mod answer;
 mod event;
 pub(crate) mod from_env;
-mod runtime;
+pub(crate) mod runtime;
 
 pub use self::answer::{Answer, BatchResponse, Payload};
 pub use self::event::MAX_HEADERS;
 use self::event::{ApiRequestId, Format, Incoming, not_an_api_gateway_event, read};
-pub use self::runtime::{begin, serve_job};
 use crate::provider::Provider;
 use crate::receiver::{Queues, Receiver};
 use crate::response::Rejection;

@@ -64,14 +64,14 @@ fn invocation(context: &lambda_runtime::Context) -> crate::log::Invocation {
     )
 }
 
-// The jobs', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
+#[cfg(feature = "jobs")]
 /// Makes the invocation `context` describes the one every line names from now on, in a
 /// process that serves one at a time (a scheduled job's, the migrate function's).
 pub fn begin(context: &lambda_runtime::Context) {
     crate::log::begin(invocation(context));
 }
 
+#[cfg(feature = "jobs")]
 /// Runs a scheduled function: every invocation (any JSON event, e.g. an EventBridge
 /// schedule, or an operator's `aws lambda invoke --payload`) gets a budget ending `margin`
 /// before its deadline and the event, and is answered with the report `job` returns.
@@ -80,14 +80,14 @@ async fn serve_scheduled<F, Fut>(
     job: F,
 ) -> Result<(), lambda_runtime::Error>
 where
-    F: Fn(crate::scheduled::Budget, serde_json::Value) -> Fut,
+    F: Fn(crate::budget::Budget, serde_json::Value) -> Fut,
     Fut: std::future::Future<Output = Result<serde_json::Value, lambda_runtime::Error>> + Send,
 {
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
             begin(&event.context);
             job(
-                crate::scheduled::Budget::before_deadline(event.context.deadline(), margin),
+                crate::budget::Budget::before_deadline(event.context.deadline(), margin),
                 event.payload,
             )
         },
@@ -95,8 +95,7 @@ where
     .await
 }
 
-// The jobs', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
+#[cfg(feature = "jobs")]
 /// A scheduled job's whole `main`: the job as built (a configuration error is logged and ends
 /// the process), then one run per invocation, its report the answer.
 pub async fn serve_job<J: crate::scheduled::Job>(
@@ -158,7 +157,7 @@ pub(crate) async fn serve<P: Provider>(
         crate::log::Log::stdout().write(
             crate::log::Level::Info,
             "serving invocations at once",
-            crate::fields! { invocations: concurrency.invocations, connections: concurrency.connections },
+            crate::log::fields! { invocations: concurrency.invocations, connections: concurrency.connections },
         );
     }
     let receiver = std::sync::Arc::new((receiver, queues));
@@ -220,7 +219,7 @@ pub(crate) async fn serve<P: Provider>(
             crate::log::Log::stdout().write(
                 crate::log::Level::Info,
                 "the Lambda Runtime API went away; exiting",
-                crate::fields! { invocations: served, cause: error.to_string() },
+                crate::log::fields! { invocations: served, cause: error.to_string() },
             );
             Ok(())
         }

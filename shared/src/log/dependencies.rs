@@ -133,7 +133,7 @@ impl tracing_core::Subscriber for Subscriber {
             level,
             &fields.message,
             // The event's own fields as one member, `fields`, when it has any.
-            crate::fields! {
+            crate::log::fields! {
                 target: metadata.target(),
                 fields: Some(fields.rest).filter(|rest| !rest.is_empty()),
             },
@@ -225,7 +225,7 @@ impl log::Log for Logger {
         self.log.write(
             level,
             &record.args().to_string(),
-            crate::fields! { target: record.target() },
+            crate::log::fields! { target: record.target() },
         );
     }
 

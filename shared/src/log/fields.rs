@@ -1,4 +1,4 @@
-//! The one way to give a line its fields: [`fields!`](crate::fields), which writes each named
+//! The one way to give a line its fields: [`fields!`](crate::log::fields), which writes each named
 //! value straight into the line (no JSON value built first, nothing allocated for it), leaves
 //! out an `Option` that is `None`, and may end with `..rest`: more [`Fields`] (a metric set,
 //! a job's common report fields) written after its own.
@@ -112,8 +112,9 @@ impl<F: Fields> Serialize for Object<F> {
 /// value written as it is (a `None` left out), optionally ending `; ..rest` with more
 /// [`Fields`](crate::log::Fields) written after them. What [`Log::write`](crate::log::Log::write)
 /// takes.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! fields {
+macro_rules! __log_fields {
     ($($name:ident : $value:expr),* $(,)? $(; .. $rest:expr)?) => {{
         #[allow(non_camel_case_types)]
         struct Named<$($name,)* __Rest> {
@@ -138,7 +139,7 @@ macro_rules! fields {
         }
         Named {
             $($name: $value,)*
-            __rest: $crate::fields!(@rest $($rest)?),
+            __rest: $crate::log::fields!(@rest $($rest)?),
         }
     }};
     (@rest) => { () };
@@ -153,11 +154,11 @@ mod tests {
     #[test]
     fn a_line_s_fields_leave_out_a_none_and_end_with_the_rest() {
         let absent: Option<&str> = None;
-        let rest = crate::fields! { c: 3_u8, e: absent };
-        let fields = crate::fields! { a: "x", b: absent, d: Some(true); ..rest };
+        let rest = crate::log::fields! { c: 3_u8, e: absent };
+        let fields = crate::log::fields! { a: "x", b: absent, d: Some(true); ..rest };
         let written = serde_json::to_string(&Object(fields)).expect("written");
         assert_eq!(written, r#"{"a":"x","d":true,"c":3}"#);
-        let none = serde_json::to_string(&Object(crate::fields! {})).expect("written");
+        let none = serde_json::to_string(&Object(crate::log::fields! {})).expect("written");
         assert_eq!(none, "{}");
     }
 }

@@ -19,9 +19,11 @@ mod fields;
 
 pub use self::dependencies::forward as forward_dependencies;
 pub(crate) use self::dependencies::notice;
-#[cfg(test)]
+#[cfg(all(test, feature = "jobs"))]
 pub(crate) use self::fields::Object;
 pub use self::fields::{Field, Fields};
+#[doc(inline)]
+pub use crate::__log_fields as fields;
 // For `fields!` in other crates: the trait its entries are written through.
 #[doc(hidden)]
 pub use self::fields::SerializeMap;
@@ -299,7 +301,7 @@ impl Log {
         built
     }
 
-    /// Writes one line with the given fields ([`fields!`](crate::fields)) after the common
+    /// Writes one line with the given fields ([`fields!`](crate::log::fields)) after the common
     /// ones, if `level` is enabled.
     pub fn write(&self, level: Level, message: &str, fields: impl Fields) {
         if self.enabled(level) {
@@ -325,7 +327,7 @@ impl Log {
             line.serialize_entry("level", level.as_str())?;
             line.serialize_entry("message", message)?;
             let process = &self.process;
-            let common = crate::fields! {
+            let common = crate::log::fields! {
                 service: process.service.as_str(),
                 function_name: process.function_name.as_deref(),
                 function_memory_size: process.function_memory_size,
@@ -411,7 +413,7 @@ mod tests {
         CURRENT
             .scope(invocation, async {
                 log.write(Level::Debug, "hidden", ());
-                log.write(Level::Warn, "shown", crate::fields! { k: 1 });
+                log.write(Level::Warn, "shown", crate::log::fields! { k: 1 });
             })
             .await;
         log.write(Level::Warn, "outside", ());

@@ -25,17 +25,15 @@ pub(crate) enum Delivered<E> {
 /// spill queue's and the event queue's records, a recover run's events): the invocation's
 /// budget, and once one of them found the database unavailable, why; the rest are then not
 /// tried, since each would wait out its own connect or deadline.
-// A recover function's, not a provider crate's: out of the documented surface.
-#[doc(hidden)]
 #[derive(Debug, Default)]
 pub struct Batch {
-    budget: Option<crate::scheduled::Budget>,
+    budget: Option<crate::budget::Budget>,
     unavailable: Option<&'static str>,
 }
 
 impl Batch {
     /// A batch that must be done within `budget` (none: no deadline).
-    pub fn within(budget: Option<crate::scheduled::Budget>) -> Self {
+    pub fn within(budget: Option<crate::budget::Budget>) -> Self {
         Self {
             budget,
             unavailable: None,
@@ -199,7 +197,7 @@ impl<P: Provider> Receiver<P> {
                     _ => false,
                 };
                 if differs {
-                    let fields = crate::fields! {
+                    let fields = crate::log::fields! {
                         provider: claim.provider,
                         event_id: parsed.event_id.as_str(),
                     };

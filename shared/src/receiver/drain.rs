@@ -34,7 +34,7 @@ impl<P: Provider> Receiver<P> {
         self.log.write(
             Level::Error,
             "an SQS batch that cannot be read: every record reported failed",
-            crate::fields! { named_records: named_records },
+            crate::log::fields! { named_records: named_records },
         );
     }
 
@@ -44,7 +44,7 @@ impl<P: Provider> Receiver<P> {
         self.log.write(
             crate::log::Level::Warn,
             "not tried: too near the invocation's deadline; received again",
-            crate::fields! { sqs_message_id: record.message_id.as_str() },
+            crate::log::fields! { sqs_message_id: record.message_id.as_str() },
         );
     }
 }
@@ -71,7 +71,7 @@ impl<P: Provider> Queued<'_, P> {
         deadline: Option<tokio::time::Instant>,
     ) -> Vec<&'r str> {
         let mut again = Vec::new();
-        let budget = deadline.map(|d| crate::scheduled::Budget::until(d.into_std()));
+        let budget = deadline.map(|d| crate::budget::Budget::until(d.into_std()));
         let mut batch = Batch::within(budget);
         // The event queues' records proven to have come off them, before any is claimed: one
         // SQS call per queue and batch (crate::sqs::receipt).

@@ -31,7 +31,7 @@ impl<P: Provider> Receiver<P> {
                     dimension: provider,
                     metrics: &[cold, connect],
                 };
-                let line = crate::fields! { provider: P::NAME; ..metrics };
+                let line = crate::log::fields! { provider: P::NAME; ..metrics };
                 self.log.write(Level::Info, "cold start", line);
             }
             Err(e) => {
@@ -39,7 +39,8 @@ impl<P: Provider> Receiver<P> {
                     dimension: provider,
                     metrics: &[cold],
                 };
-                let line = crate::fields! { provider: P::NAME, error: e.to_string(); ..metrics };
+                let line =
+                    crate::log::fields! { provider: P::NAME, error: e.to_string(); ..metrics };
                 self.log
                     .write(Level::Warn, "database not reachable at cold start", line);
             }
@@ -64,7 +65,7 @@ impl<P: Provider> Receiver<P> {
                 unit: "Count",
                 value: 1.0,
             };
-            let line = crate::fields! {
+            let line = crate::log::fields! {
                 provider: P::NAME,
                 login: bound.login.as_str(),
                 statement_timeout_ms: ms(bound.statement_timeout),
@@ -93,7 +94,7 @@ impl<P: Provider> Receiver<P> {
             unit: "Count",
             value: reconnects as f64,
         };
-        let fields = crate::fields! {
+        let fields = crate::log::fields! {
             provider: P::NAME,
             event_id: event_id.as_str();
             ..metrics::Embedded { dimension: ("Provider", P::NAME), metrics: &[metric] }

@@ -9,6 +9,8 @@ mod deliver;
 mod drain;
 mod environment;
 mod outcome;
+// A recover function's way in: the jobs' only.
+#[cfg(feature = "jobs")]
 mod recover;
 mod secrets;
 mod webhook;
@@ -17,6 +19,7 @@ pub use self::deliver::Batch;
 use self::deliver::Delivered;
 use self::drain::Queued;
 use self::outcome::{Outcome, Via};
+#[cfg(feature = "jobs")]
 pub use self::recover::Recovered;
 use self::secrets::Refresh;
 use self::webhook::Webhook;
@@ -40,7 +43,7 @@ pub struct Limits {
 impl Limits {
     /// From the environment. With a spill queue (`SPILL_QUEUE_URL`) every body accepted must
     /// be one it can spill, so `MAX_BODY_BYTES` then defaults to
-    /// [`crate::spill::SPILL_BODY_LIMIT`] and may not exceed it.
+    /// SQS's largest message (1 MiB) less 8 KiB for its attributes, and may not exceed it.
     pub fn from_env() -> Result<Self, ConfigError> {
         let spilling = config::optional("SPILL_QUEUE_URL").is_some();
         let limit = crate::spill::SPILL_BODY_LIMIT;
@@ -68,10 +71,8 @@ impl Default for Limits {
 }
 
 /// The queues a function keeps and takes deliveries on, beside its receiver: its spill queue
-/// ([`crate::spill`]: where a verified delivery goes when the database cannot take it, and
-/// whose records it drains) and its partner event source's event queue ([`crate::bridge`]).
-// The runtime's and tests', not a provider crate's: out of the documented surface.
-#[doc(hidden)]
+/// (the spill queue: where a verified delivery goes when the database cannot take it, and
+/// whose records it drains) and its partner event source's event queue.
 #[derive(Debug, Default)]
 pub struct Queues {
     spill: Option<crate::spill::Spill>,
@@ -134,8 +135,6 @@ impl<P: Provider> Receiver<P> {
         }
     }
 
-    // The jobs' and tests', not a provider crate's: out of the documented surface.
-    #[doc(hidden)]
     /// Completes events from `api` before their claim ([`Provider::complete`]).
     pub fn with_sender_api(mut self, api: Option<crate::complete::SenderApi>) -> Self {
         self.api = api;

@@ -136,6 +136,7 @@ pub(crate) enum Via<'a> {
         eventbridge_id: Option<&'a str>,
     },
     /// An event read from the sender's own API (a recover function): a `recovered` line.
+    #[cfg(feature = "jobs")]
     SenderApi,
 }
 
@@ -146,6 +147,7 @@ impl Via<'_> {
             Via::Webhook { .. } => "delivery",
             Via::Spill { .. } => "drained",
             Via::EventBridge { .. } => "bridged",
+            #[cfg(feature = "jobs")]
             Via::SenderApi => "recovered",
         }
     }
@@ -214,6 +216,7 @@ impl crate::log::Fields for ViaFields<'_, '_> {
                 }
                 map.serialize_entry("receive_count", &receive_count)
             }
+            #[cfg(feature = "jobs")]
             Via::SenderApi => Ok(()),
         }
     }
@@ -223,7 +226,7 @@ impl<P: Provider> Receiver<P> {
     /// Logs an event's one line, as its way in names it ([`Via`]): `delivery`, `drained`,
     /// `bridged` or `recovered`.
     pub(crate) fn log_outcome(&self, via: Via<'_>, outcome: &Outcome, latency_ms: f64) {
-        let line = crate::fields! {
+        let line = crate::log::fields! {
             provider: P::NAME,
             event_id: outcome.event_id.as_ref().map(EventId::as_str),
             event_type: outcome.event_type.as_deref(),

@@ -15,8 +15,6 @@ pub struct Recovered {
 }
 
 impl<P: Provider> Receiver<P> {
-    // The jobs' and tests', not a provider crate's: out of the documented surface.
-    #[doc(hidden)]
     /// Applies an event read from its sender's own API (a recover function's: Stripe's
     /// `GET /v1/events`) through the same claim and effect as its webhook. `body` is the
     /// event's JSON as the API returned it, parsed by the provider's parser with no headers;
@@ -53,8 +51,6 @@ impl<P: Provider> Receiver<P> {
 }
 
 impl<P: Provider> Receiver<P> {
-    // The jobs' and tests', not a provider crate's: out of the documented surface.
-    #[doc(hidden)]
     /// The ids among `event_ids` already in this provider's ledger: applied by a webhook, a
     /// drain or an earlier run. A recover function asks before it applies what it listed, so
     /// its cap counts only events still to apply. An error is the database's, data-free.

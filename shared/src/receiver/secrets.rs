@@ -83,7 +83,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Info,
                     "signing secrets read again after a signature matched none",
-                    crate::fields! { provider: P::NAME },
+                    crate::log::fields! { provider: P::NAME },
                 );
                 true
             }
@@ -91,7 +91,7 @@ impl<P: Provider> Receiver<P> {
                 self.log.write(
                     Level::Warn,
                     "could not read the signing secrets again",
-                    crate::fields! { provider: P::NAME, error: e.to_string() },
+                    crate::log::fields! { provider: P::NAME, error: e.to_string() },
                 );
                 false
             }

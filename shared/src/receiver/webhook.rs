@@ -173,7 +173,7 @@ impl<P: Provider> Receiver<P> {
             self.log.write(
                 Level::Debug,
                 "rejected",
-                crate::fields! { problem: r.problem.slug(), detail: r.detail },
+                crate::log::fields! { problem: r.problem.slug(), detail: r.detail },
             );
         }
         self.log_outcome(Via::Webhook { request_id }, &delivery, latency_ms);

@@ -4,6 +4,7 @@
 pub mod body_hmac;
 #[cfg(test)]
 mod proptests;
+pub(crate) mod scheme;
 pub mod signer_command;
 pub mod standard_webhooks;
 pub mod timestamp_v1;
@@ -13,6 +14,7 @@ use hmac::{Hmac, KeyInit, Mac};
 pub use http::HeaderMap;
 use sha2::Sha256;
 
+pub(crate) use self::scheme::{Scheme, Sign, Verify};
 pub use crate::headers::{HeaderFault, MAX_HEADER_LEN, one_header};
 use crate::ids::EventId;
 use crate::response::{Problem, Rejection};
@@ -52,79 +54,6 @@ impl Verified {
         }
     }
 }
-
-/// A signature scheme configured with its secrets and tolerance.
-///
-/// A scheme says what its signature proves ([`authenticate`](Self::authenticate), with no
-/// clock) and how fresh a signed timestamp must be ([`tolerance`](Self::tolerance));
-/// [`verify`](Self::verify) puts the two together for a delivery as it arrives. A spilled
-/// delivery is authenticated again when its drain applies it, hours later perhaps: the MAC
-/// does not expire, and a replay of an event still in the ledger is answered as a duplicate
-/// ([`crate::spill`]).
-pub trait Verify: Send + Sync {
-    /// Checks the signature over the exact `body` bytes against the configured secrets, and
-    /// nothing that depends on the time: a malformed or missing header, or a signature that
-    /// matches no secret, is refused. Returns what the signed headers said, the signed
-    /// timestamp included for a scheme that signs one.
-    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<Verified, Rejection>;
-
-    /// The most seconds a signed timestamp may be from the receiver's clock, either way. Only
-    /// consulted for a scheme whose [`Verified::signed_at`] is set.
-    fn tolerance(&self) -> u64;
-
-    /// The headers (lower-case names) the scheme reads: a spilled delivery keeps those it
-    /// arrived with, so that the drain can authenticate it again.
-    fn signature_headers(&self) -> &[&'static str];
-
-    /// Checks a delivery as it arrives: [`authenticate`](Self::authenticate), then the signed
-    /// timestamp, if any, within [`tolerance`](Self::tolerance) of `now` (unix seconds). The
-    /// signature is checked first, so a stale answer is only ever given to a genuine one.
-    fn verify(&self, headers: &HeaderMap, body: &[u8], now: u64) -> Result<Verified, Rejection> {
-        let verified = self.authenticate(headers, body)?;
-        if let Some(signed_at) = verified.signed_at
-            && !within_tolerance(signed_at, now, self.tolerance())
-        {
-            return Err(reject(
-                Problem::StaleTimestamp,
-                "signature timestamp is outside the tolerance window",
-            ));
-        }
-        Ok(verified)
-    }
-}
-
-/// A scheme that signs deliveries as their sender would, with its first configured secret: how
-/// the local run, the test harness and the fuzzers sign what they send, through the same type
-/// that verifies it. A scheme written in a provider crate of its own implements it too: its
-/// tests sign through it, and the local run signs its samples through it by running the
-/// crate's signer binary ([`signer_command`]).
-pub trait Sign {
-    /// The headers (lower-case names, values) that sign `body` at `now` (unix seconds). `id`
-    /// is the message id, for a scheme that signs one (Standard Webhooks); the others ignore
-    /// it.
-    fn sign(&self, body: &[u8], now: u64, id: &str) -> Vec<(String, String)>;
-
-    /// [`Sign::sign`]'s headers added to `headers`, as a request would carry them (a pair
-    /// that is not a valid header is left out, and then fails verification).
-    fn sign_into(&self, headers: &mut HeaderMap, body: &[u8], now: u64, id: &str) {
-        for (name, value) in self.sign(body, now, id) {
-            if let (Ok(name), Ok(value)) = (
-                http::HeaderName::from_bytes(name.as_bytes()),
-                http::HeaderValue::from_str(&value),
-            ) {
-                headers.insert(name, value);
-            }
-        }
-    }
-}
-
-/// A signature scheme as one value: what verifies a delivery also signs one, so a provider's
-/// tests, the local run and the fuzzers sign through the very type the receiver checks with.
-/// Every type that implements [`Verify`] and [`Sign`] is one; [`crate::prelude::Provider::verifier`]
-/// returns it.
-pub trait Scheme: Verify + Sign {}
-
-impl<T: Verify + Sign> Scheme for T {}
 
 /// One or more HMAC keys, tried in order (several during a secret rotation).
 ///
@@ -171,14 +100,6 @@ impl std::fmt::Debug for SigningKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SigningKeys({} redacted)", self.0.len())
     }
-}
-
-/// Splits a comma-separated secrets variable into its non-empty, trimmed entries.
-pub fn split_secrets(raw: &str) -> Vec<&str> {
-    raw.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect()
 }
 
 pub(crate) type HmacSha256 = Hmac<Sha256>;

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! # struct MySignature;
-//! # impl claimonce::verify::Sign for MySignature {
+//! # impl claimonce::prelude::Sign for MySignature {
 //! #     fn sign(&self, _: &[u8], _: u64, _: &str) -> Vec<(String, String)> { Vec::new() }
 //! # }
 //! # impl MySignature { fn new(_: &[&str]) -> Option<Self> { Some(Self) } }

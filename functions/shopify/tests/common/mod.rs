@@ -3,7 +3,7 @@
 
 use claimonce::Receiver;
 use claimonce::prelude::Provider;
-use claimonce::verify::Sign;
+use claimonce::prelude::Sign;
 use claimonce::verify::body_hmac::{BodyHmac, Encoding};
 use claimonce_tests::apigw::{outcome, post_to};
 use serde_json::{Value, json};
