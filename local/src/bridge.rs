@@ -2,7 +2,7 @@
 //! queue in moto's SQS, as template.yaml makes them, what a partner event source's event looks
 //! like once a rule has put it there, and the event source mapping's part: receive, invoke the
 //! function with what was received, delete what it did not report failed. The function proves
-//! each record came off its queue with the receipt handle SQS issued (`claimonce::bridge`), so
+//! each record came off its queue with the receipt handle SQS issued (`shared/src/bridge.rs`), so
 //! a record is only ever handed over as received. The local run's `send` of an EventBridge
 //! sample, the tests and the benchmarks use the same.
 

@@ -495,7 +495,7 @@ async fn run(port: u16, instances: usize, json: bool, spill: bool) -> Result<(),
     // --spill: moto's SQS for the spill queues, and the database behind a forwarder SIGUSR1
     // takes down and brings back, so that what a deployment does in an outage can be seen.
     // moto's SQS also holds the event queues of the functions that take EventBridge events,
-    // whose records a function applies only as SQS received them (claimonce::bridge).
+    // whose records a function applies only as SQS received them (shared/src/bridge.rs).
     let mut toggle = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
     let bridging = registry
         .iter()

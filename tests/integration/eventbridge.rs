@@ -1,4 +1,4 @@
-//! Amazon EventBridge as an entry point (`claimonce::bridge`), with the real binaries: each
+//! Amazon EventBridge as an entry point (`shared/src/bridge.rs`), with the real binaries: each
 //! function under the Runtime API emulator, given its partner event source and its event queue
 //! in moto's SQS, handed what it took from the queue as Lambda's event source mapping hands it
 //! over, beside its webhook path, against one database.

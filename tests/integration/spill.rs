@@ -1,4 +1,4 @@
-//! No verified delivery lost while the database is down (`claimonce::spill`), with the real
+//! No verified delivery lost while the database is down (`shared/src/spill.rs`), with the real
 //! binaries: each provider's function under the Runtime API emulator, its database behind a
 //! forwarder the test stops and starts (`claimonce_tests::outage`), and its spill queue and
 //! dead-letter queue in moto's SQS, created with the attributes template.yaml gives them.

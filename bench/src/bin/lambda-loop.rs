@@ -323,7 +323,7 @@ async fn main() -> std::process::ExitCode {
         json!({"id": THIN_INVOICE, "object": "invoice", "customer": "cus_t", "amount_paid": 1,
                "amount_due": 1, "status": "paid"}),
     );
-    // With the bridged row, it takes EventBridge events too (claimonce::bridge), from an event
+    // With the bridged row, it takes EventBridge events too (shared/src/bridge.rs), from an event
     // queue in moto's SQS, as a deployment with StripeEventBusName does; without it, no queue
     // is made and the function is given none (so a build from before the queue's proof runs).
     let queues = if kinds.contains(&Kind::Bridged) {

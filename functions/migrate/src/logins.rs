@@ -181,7 +181,7 @@ pub(crate) async fn configure_handlers(
             }
         }
         let quoted = user.quoted();
-        // A Rust effect's statements (claimonce::effect) wait for a lock at most as long as
+        // A Rust effect's statements (claimonce::prelude::Tx) wait for a lock at most as long as
         // the shipped functions do (their `SET lock_timeout = '2s'`), and never longer than
         // a statement may run.
         let lock_ms = ms.min(HANDLER_LOCK_TIMEOUT_MS);

@@ -1,5 +1,5 @@
-//! Shopify's order effect is Rust on the claim's transaction (`claimonce::effect`), and it
-//! passes what the SQL effects pass: the database refuses its statements outside a claim that
+//! Shopify's order effect is Rust on the claim's transaction (a `claimonce::prelude::RustEffect`),
+//! and it passes what the SQL effects pass: the database refuses its statements outside a claim that
 //! transaction won; the handle sends nothing a pooler would pin (read off the wire); a
 //! connection lost before the commit, or the commit's answer lost, settles to one application;
 //! a function killed inside the effect leaves nothing and its retry applies once; concurrent
