@@ -350,7 +350,7 @@ mod tests {
     fn the_effect_is_called_only_under_the_won_claim() {
         assert_eq!(
             statement(None),
-            "SELECT c.won, c.stored_sha256 FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+            format!("SELECT c.won, c.stored_sha256 FROM {CLAIM_FUNCTION}($1, $2, $3, $4) AS c")
         );
         let effect = Effect::call(
             "stripe_credit_v1",
@@ -362,8 +362,10 @@ mod tests {
         );
         assert_eq!(
             statement(Some(&effect)),
-            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN stripe_credit_v1($5, $6, $7) END \
-             FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+            format!(
+                "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN stripe_credit_v1($5, $6, $7) \
+                 END FROM {CLAIM_FUNCTION}($1, $2, $3, $4) AS c"
+            )
         );
     }
 
@@ -383,8 +385,11 @@ mod tests {
         .with_claim();
         assert_eq!(
             statement(Some(&effect)),
-            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
-             claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+            format!(
+                "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
+                 claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM {CLAIM_FUNCTION}($1, $2, $3, \
+                 $4) AS c"
+            )
         );
     }
 
@@ -393,8 +398,11 @@ mod tests {
         let body = Forwardable::new(br#"{"zen":"Keep it logically awesome."}"#).expect("JSON");
         assert_eq!(
             statement(Some(&Effect::forward("github.ping".into(), body))),
-            "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
-             claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
+            format!(
+                "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN \
+                 claimonce_forward_v2($1, $2, $5, $6, $7, $8) END FROM {CLAIM_FUNCTION}($1, $2, $3, \
+                 $4) AS c"
+            )
         );
     }
 }

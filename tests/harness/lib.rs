@@ -18,6 +18,15 @@ pub mod tls;
 pub use claimonce_local::outage;
 pub use db::TestDb;
 
+use claimonce::jobs::CLAIM_FUNCTION;
+
+/// The claim of one event as a test writes it by hand, to win or be refused a claim as a login:
+/// `SELECT * FROM claimonce_claim_v1('<provider>', '<event_id>', '<event_type>', NULL)`, the
+/// function named by its constant.
+pub fn claim_call(provider: &str, event_id: &str, event_type: &str) -> String {
+    format!("SELECT * FROM {CLAIM_FUNCTION}('{provider}', '{event_id}', '{event_type}', NULL)")
+}
+
 /// Waits, bounded, until `f` holds: for a state another task reaches (a request held at a
 /// stand-in), not for a time.
 pub async fn until(what: &str, f: impl Fn() -> bool) {

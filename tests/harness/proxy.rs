@@ -500,6 +500,8 @@ impl WireProxy {
 
 #[cfg(test)]
 mod tests {
+    use claimonce::jobs::CLAIM_FUNCTION;
+
     use super::*;
 
     #[test]
@@ -510,8 +512,8 @@ mod tests {
         assert!(!sets_something(
             "INSERT INTO t VALUES (1) ON CONFLICT (k) DO UPDATE SET v = 2"
         ));
-        assert!(!sets_something(
-            "SELECT c.won FROM claimonce_claim_v1($1, $2, $3, $4) AS c"
-        ));
+        assert!(!sets_something(&format!(
+            "SELECT c.won FROM {CLAIM_FUNCTION}($1, $2, $3, $4) AS c"
+        )));
     }
 }

@@ -8,10 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use claimonce_tests::TestDb;
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce_tests::apigw::payload_outcome;
 use claimonce_tests::lambda::{Scheduled, failed_items, function, sample_event};
 use claimonce_tests::outage::Outage;
+use claimonce_tests::{TestDb, claim_call};
 use serde_json::{Value, json};
 
 use crate::eventbridge::{STRIPE_SOURCE, credit, fresh_queues, stripe_bridged, stripe_webhook_of};
@@ -154,7 +155,7 @@ async fn a_deadline_inside_one_delivery_leaves_the_others_and_no_transaction_ope
     .await;
     let mut claims = db.client().await;
     let held = claims.transaction().await.expect("begin");
-    held.batch_execute("SELECT claimonce_claim_v1('stripe', 'evt_slow', 'invoice.paid', NULL)")
+    held.batch_execute(&claim_call("stripe", "evt_slow", "invoice.paid"))
         .await
         .expect("hold the slow event's claim");
     let mut effects = db.client().await;
@@ -379,9 +380,9 @@ async fn only_the_delivery_that_reconnected_reports_its_reconnect() {
     let db = TestDb::new().await;
     db.client()
         .await
-        .batch_execute(
-            "ALTER FUNCTION claimonce_claim_v1(text, text, text, bytea) SET lock_timeout = '60s'",
-        )
+        .batch_execute(&format!(
+            "ALTER FUNCTION {CLAIM_FUNCTION}(text, text, text, bytea) SET lock_timeout = '60s'"
+        ))
         .await
         .expect("only the test ends a wait at a claim");
     let f = environment(
@@ -400,11 +401,9 @@ async fn only_the_delivery_that_reconnected_reports_its_reconnect() {
 
     let mut claims = db.client().await;
     let held = claims.transaction().await.expect("begin");
-    held.batch_execute(
-        "SELECT claimonce_claim_v1('stripe', 'evt_reconnects', 'invoice.paid', NULL)",
-    )
-    .await
-    .expect("hold its claim");
+    held.batch_execute(&claim_call("stripe", "evt_reconnects", "invoice.paid"))
+        .await
+        .expect("hold its claim");
     let reconnecting = {
         let f = Arc::clone(&f);
         tokio::spawn(async move {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use claimonce::Receiver;
 use claimonce::db::{Settings, Timeouts};
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce_local::postgres::{Options, Postgres};
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
 use claimonce_local::sign::resign;
@@ -50,7 +51,7 @@ impl Hold {
                  BEGIN PERFORM pg_advisory_xact_lock_shared({GATE}); RETURN NEW; END $$;
                  CREATE TRIGGER hold_here BEFORE INSERT OR UPDATE ON {table}
                      FOR EACH ROW EXECUTE FUNCTION hold_here();
-                 ALTER FUNCTION claimonce_claim_v1(text, text, text, bytea) SET lock_timeout = '60s';
+                 ALTER FUNCTION {CLAIM_FUNCTION}(text, text, text, bytea) SET lock_timeout = '60s';
                  ALTER FUNCTION stripe_credit_v1(text, text, bigint) SET lock_timeout = '60s';"
             ))
             .await
@@ -341,7 +342,7 @@ async fn slow_twin(
     db.client()
         .await
         .batch_execute(&format!(
-            "ALTER FUNCTION claimonce_claim_v1(text, text, text, bytea) SET lock_timeout = '{lock_timeout}'"
+            "ALTER FUNCTION {CLAIM_FUNCTION}(text, text, text, bytea) SET lock_timeout = '{lock_timeout}'"
         ))
         .await
         .expect("lock_timeout");

@@ -3,7 +3,7 @@
 //! any table, no temporary shadow of the ledger, no other provider's claims or effects. And the
 //! same logins deliver normally.
 
-use claimonce_tests::TestDb;
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce_tests::apigw::{outcome, post_stripe, post_to};
 use claimonce_tests::db::receiver_at;
 use claimonce_tests::db::sqlstate;
@@ -11,6 +11,7 @@ use claimonce_tests::roles::login_with;
 use claimonce_tests::sign::{
     RESEND_SECRET, invoice_paid, now, resend, resend_email, stripe, svix_headers,
 };
+use claimonce_tests::{TestDb, claim_call};
 use tokio_postgres::{Client, NoTls};
 
 /// Insufficient privilege: what every refusal below answers.
@@ -73,13 +74,7 @@ async fn an_effect_without_a_claim_this_transaction_won_is_refused_and_writes_no
             // Under a claim won by an earlier transaction, with the transaction-local setting
             // that names its ledger row forged: the row is not this transaction's.
             assert_eq!(
-                sqlstate(
-                    &login,
-                    &format!(
-                        "SELECT * FROM claimonce_claim_v1('{provider}', 'evt_earlier', 't', NULL)"
-                    )
-                )
-                .await,
+                sqlstate(&login, &claim_call(provider, "evt_earlier", "t")).await,
                 "ok",
                 "{role}"
             );
@@ -120,11 +115,12 @@ const CREDIT: &str = "SELECT stripe_credit_v1('cus_rearm', NULL, 1000)";
 /// ledger row again (the setting anyone may set, saved under another name) and runs `second`.
 fn rearmed(event: &str, first: &str, second: &str) -> String {
     format!(
-        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', '{event}', 't', NULL); \
+        "BEGIN; {}; \
          SELECT set_config('attack.row', current_setting('claimonce.claim'), true); \
          {first}; \
          SELECT set_config('claimonce.claim', current_setting('attack.row'), true); \
-         {second}; COMMIT"
+         {second}; COMMIT",
+        claim_call("stripe", event, "t")
     )
 }
 
@@ -235,8 +231,8 @@ async fn an_effect_writes_the_event_of_the_claim_it_runs_under_and_no_other() {
         let before = rows_everywhere(&db).await;
         let under_a = |written: &str| {
             format!(
-                "BEGIN; SELECT * FROM claimonce_claim_v1('{provider}', 'msg_a', 't', NULL); {}; \
-                 COMMIT",
+                "BEGIN; {}; {}; COMMIT",
+                claim_call(provider, "msg_a", "t"),
                 effect(written)
             )
         };
@@ -330,17 +326,18 @@ async fn a_temporary_shadow_of_the_ledger_is_refused_and_could_not_shadow_it_any
     // every function searches pg_temp last.
     let owner = deployed.client().await;
     owner
-        .batch_execute(
-            "SELECT * FROM claimonce_claim_v1('stripe', 'evt_claimed', 't', NULL); \
+        .batch_execute(&format!(
+            "{}; \
              CREATE TEMP TABLE processed_events (provider text, event_id text, event_type text, \
              payload_sha256 bytea, UNIQUE (provider, event_id)); \
              SET search_path = pg_temp, public",
-        )
+            claim_call("stripe", "evt_claimed", "t")
+        ))
         .await
         .expect("a temporary table of the owner's");
     let won: bool = owner
         .query_one(
-            "SELECT won FROM public.claimonce_claim_v1('stripe', 'evt_claimed', 't', NULL)",
+            &format!("SELECT won FROM public.{CLAIM_FUNCTION}('stripe', 'evt_claimed', 't', NULL)"),
             &[],
         )
         .await
@@ -355,49 +352,76 @@ async fn a_temporary_shadow_of_the_ledger_is_refused_and_could_not_shadow_it_any
 #[tokio::test]
 async fn one_providers_login_can_neither_claim_nor_apply_for_another() {
     let db = TestDb::new().await;
+    // One transaction: the claim of `provider`'s `event`, then `then`.
+    let claimed = |provider: &str, event: &str, event_type: &str, then: &str| {
+        format!(
+            "BEGIN; {}; {then}; COMMIT",
+            claim_call(provider, event, event_type)
+        )
+    };
+    // GitHub's login winning its own claim of an `issues` event, then running `then`.
+    let own = |event: &str, then: &str| claimed("github", event, "issues", then);
     let github = session_as(&db, "claimonce_github").await;
     for sql in [
-        "SELECT * FROM claimonce_claim_v1('stripe', 'evt_1', 'invoice.paid', NULL)",
-        "SELECT * FROM claimonce_claim_v1('resend', 'msg_1', 'email.sent', NULL)",
+        claim_call("stripe", "evt_1", "invoice.paid"),
+        claim_call("resend", "msg_1", "email.sent"),
         // Its own claim won, another provider's effect.
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_1', 'issues', NULL); \
-         SELECT stripe_credit_v1('cus_x', NULL, 1000000); COMMIT",
+        own("body_1", "SELECT stripe_credit_v1('cus_x', NULL, 1000000)"),
         // Its own claim won, a forward tagged as another provider's event.
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_2', 'issues', NULL); \
-         SELECT claimonce_forward_v1('stripe', 'body_2', 'stripe.x', '{}'); COMMIT",
+        own(
+            "body_2",
+            "SELECT claimonce_forward_v1('stripe', 'body_2', 'stripe.x', '{}')",
+        ),
         // Its own claim won, a forward under another of its own events' identity.
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_3', 'issues', NULL); \
-         SELECT claimonce_forward_v1('github', 'body_other', 'github.issues', '{}'); COMMIT",
+        own(
+            "body_3",
+            "SELECT claimonce_forward_v1('github', 'body_other', 'github.issues', '{}')",
+        ),
         // The same two through the forward that keeps the signed bytes.
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_4', 'issues', NULL); \
-         SELECT claimonce_forward_v2('stripe', 'body_4', 'stripe.x', '{}', NULL, NULL); COMMIT",
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_5', 'issues', NULL); \
-         SELECT claimonce_forward_v2('github', 'body_other', 'github.issues', '{}', NULL, NULL); \
-         COMMIT",
+        own(
+            "body_4",
+            "SELECT claimonce_forward_v2('stripe', 'body_4', 'stripe.x', '{}', NULL, NULL)",
+        ),
+        own(
+            "body_5",
+            "SELECT claimonce_forward_v2('github', 'body_other', 'github.issues', '{}', NULL, \
+             NULL)",
+        ),
         // Its own claim and identity, another provider's topic: the relay would hand a
         // customer's payload to Stripe's welcome-mail consumer.
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_6', 'issues', NULL); \
-         SELECT claimonce_forward_v2('github', 'body_6', 'email.welcome', '{}', NULL, NULL); \
-         COMMIT",
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_7', 'issues', NULL); \
-         SELECT claimonce_forward_v1('github', 'body_7', 'stripe.invoice', '{}'); COMMIT",
-        "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_8', 'issues', NULL); \
-         SELECT claimonce_forward_v2('github', 'body_8', 'githubx.issues', '{}', NULL, NULL); \
-         COMMIT",
+        own(
+            "body_6",
+            "SELECT claimonce_forward_v2('github', 'body_6', 'email.welcome', '{}', NULL, NULL)",
+        ),
+        own(
+            "body_7",
+            "SELECT claimonce_forward_v1('github', 'body_7', 'stripe.invoice', '{}')",
+        ),
+        own(
+            "body_8",
+            "SELECT claimonce_forward_v2('github', 'body_8', 'githubx.issues', '{}', NULL, NULL)",
+        ),
     ] {
-        assert_eq!(sqlstate(&github, sql).await, DENIED, "{sql}");
+        assert_eq!(sqlstate(&github, &sql).await, DENIED, "{sql}");
         github.batch_execute("ROLLBACK").await.expect("end it");
     }
     let stripe_login = session_as(&db, "claimonce_stripe").await;
     for sql in [
-        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', 'evt_2', 't', NULL); \
-         SELECT github_keep_installation_v1(1, 'o', 2, 'all', 'active', '2026-11-30T00:00:00Z', \
-         0::smallint, '{}', '{}', '{}'); COMMIT",
-        "BEGIN; SELECT * FROM claimonce_claim_v1('stripe', 'evt_3', 't', NULL); \
-         SELECT resend_record_v2('m', 'e', 'email.sent', '{}', '2026-11-30T00:00:00Z', NULL); \
-         COMMIT",
+        claimed(
+            "stripe",
+            "evt_2",
+            "t",
+            "SELECT github_keep_installation_v1(1, 'o', 2, 'all', 'active', \
+             '2026-11-30T00:00:00Z', 0::smallint, '{}', '{}', '{}')",
+        ),
+        claimed(
+            "stripe",
+            "evt_3",
+            "t",
+            "SELECT resend_record_v2('m', 'e', 'email.sent', '{}', '2026-11-30T00:00:00Z', NULL)",
+        ),
     ] {
-        assert_eq!(sqlstate(&stripe_login, sql).await, DENIED, "{sql}");
+        assert_eq!(sqlstate(&stripe_login, &sql).await, DENIED, "{sql}");
         stripe_login
             .batch_execute("ROLLBACK")
             .await
@@ -477,7 +501,7 @@ async fn every_shipped_function_pins_its_search_path_and_bounds_its_lock_wait() 
     // settings: no pinned list, so a new provider's effects are held to them with no edit here.
     let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     for shared in [
-        "claimonce_claim_v1",
+        CLAIM_FUNCTION,
         "claimonce_forward_v1",
         "claimonce_forward_v2",
         "claimonce_take_claim_v1",
@@ -516,12 +540,14 @@ async fn both_releases_forward_and_relay_while_v12_rolls_out() {
     // The previous release's receiver (forward_v1) and this one's (forward_v2), side by side.
     github
         .batch_execute(&format!(
-            "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_old', 'issues', NULL); \
+            "BEGIN; {}; \
              SELECT claimonce_forward_v1('github', 'body_old', 'github.issues', '{signed}'); \
              COMMIT; \
-             BEGIN; SELECT * FROM claimonce_claim_v1('github', 'body_new', 'issues', NULL); \
+             BEGIN; {}; \
              SELECT claimonce_forward_v2('github', 'body_new', 'github.issues', '{signed}', \
-             'X-Hub-Signature-256', 'sha256=00'); COMMIT"
+             'X-Hub-Signature-256', 'sha256=00'); COMMIT",
+            claim_call("github", "body_old", "issues"),
+            claim_call("github", "body_new", "issues"),
         ))
         .await
         .expect("both forwards are open to the github login");

@@ -3,8 +3,9 @@
 //! comments and the test modules), so a new cycle fails here before a reader meets it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce_local::functions;
 
 /// Each source file of `shared/src`: its top-level module, and its code before its tests,
@@ -223,4 +224,57 @@ fn no_provider_crate_can_open_a_connection_of_its_own() {
         );
     }
     assert!(providers >= 5, "{providers} provider crates found");
+}
+
+/// The `.rs` files under `dir`, outside `target/` and hidden folders.
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                rust_files(&path, found);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The claim's SQL function is named once in Rust, by `CLAIM_FUNCTION` in shared/src/claim.rs:
+/// every other `.rs` file of the repository reaches it through the constant (or the harness's
+/// `claim_call`), so a new version of the claim is one edit. Comments may name it as prose.
+#[test]
+fn the_claim_function_is_spelled_only_by_its_constant() {
+    let root = functions::workspace_root();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(files.len() > 100, "only {} source files read", files.len());
+    let mut spelled = Vec::new();
+    for path in &files {
+        let relative = path.strip_prefix(&root).expect("under the root");
+        // Where the constant is defined; and tests/integration/migrate_fn.rs, which another
+        // change was editing when this check was added and which still spells it once (the
+        // claim of `a_handler_user_given_with_its_provider_role_is_moved_onto_it`): it is to
+        // use the constant too, and then leave this list.
+        if [
+            Path::new("shared/src/claim.rs"),
+            Path::new("tests/integration/migrate_fn.rs"),
+        ]
+        .contains(&relative)
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("a source file");
+        for (n, line) in text.lines().enumerate() {
+            if !line.trim_start().starts_with("//") && line.contains(CLAIM_FUNCTION) {
+                spelled.push(format!("{}:{}: {}", relative.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert_eq!(
+        spelled,
+        Vec::<String>::new(),
+        "the claim function's name spelled by hand: use claimonce::jobs::CLAIM_FUNCTION"
+    );
 }

@@ -2,6 +2,7 @@
 
 use std::process::Command;
 
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce::migrate::{self, Migration};
 use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{json_body, post_stripe, post_to};
@@ -271,7 +272,10 @@ async fn the_committed_schema_is_what_the_migrations_make() {
         now.contains("CREATE TABLE public.processed_events"),
         "{now}"
     );
-    assert!(now.contains("FUNCTION public.claimonce_claim_v1("), "{now}");
+    assert!(
+        now.contains(&format!("FUNCTION public.{CLAIM_FUNCTION}(")),
+        "{now}"
+    );
 }
 
 /// One `Effect::call("name", vec![Param::new(.., Type::X), ..])` in a crate's source: the

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use claimonce::jobs::Budget;
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
-use claimonce_tests::TestDb;
 use claimonce_tests::lambda::binaries;
+use claimonce_tests::{TestDb, claim_call};
 use retention_sweep::{Allowance, MaxBatches, Policy, Report, sweep};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -260,7 +260,7 @@ async fn only_the_sweeper_role_may_delete_from_the_ledger_and_no_role_may_rewrit
         as_role(
             &client,
             "claimonce_stripe",
-            "SELECT * FROM claimonce_claim_v1('stripe', 'evt_new', 't', NULL)"
+            &claim_call("stripe", "evt_new", "t")
         )
         .await,
         Ok(1)

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce::log::Log;
 use claimonce::{Limits, Receiver};
 use claimonce_bench::{
@@ -447,7 +448,7 @@ enum Shape {
 fn statement(event_id: &str, effect: &str) -> String {
     format!(
         "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN {effect} END \
-         FROM claimonce_claim_v1('stripe', {event_id}, 'x', '\\x00') AS c;\n"
+         FROM {CLAIM_FUNCTION}('stripe', {event_id}, 'x', '\\x00') AS c;\n"
     )
 }
 

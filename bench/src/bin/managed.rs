@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce_bench::fleet::{Fleet, connections_to, delaying_relay, status_is};
 use claimonce_bench::{checkout, migrated_postgres, stripe_event};
 use claimonce_local::pgbouncer::PgBouncer;
@@ -160,7 +161,7 @@ fn statement(n: usize) -> String {
         "SELECT c.won, c.stored_sha256, CASE WHEN c.won THEN stripe_provision_v2(\
          'cus_pgb_' || :client_id || '_' || :id || '_{n}', 'x@example.com', \
          'pgb_' || :client_id || '_' || :id || '_{n}') END \
-         FROM claimonce_claim_v1('stripe', 'pgb_' || :client_id || '_' || :id || '_{n}', \
+         FROM {CLAIM_FUNCTION}('stripe', 'pgb_' || :client_id || '_' || :id || '_{n}', \
          'checkout.session.completed', '\\x00') AS c;\n"
     )
 }

@@ -23,13 +23,13 @@ use claimonce::prelude::{
 };
 use claimonce::verify::body_hmac::BodyHmac;
 use claimonce_local::runtime_api::{EXIT_ERROR_TYPE, Outcome, RuntimeApi};
-use claimonce_tests::TestDb;
 use claimonce_tests::apigw::{payload_outcome, v2_event};
 use claimonce_tests::db::{all_at_once, receiver_with, sqlstate, test_timeouts};
 use claimonce_tests::faults::{XorShift, at_the_gate};
 use claimonce_tests::lambda::{binaries, function};
 use claimonce_tests::proxy::{Fault, WireProxy};
 use claimonce_tests::roles::login_name;
+use claimonce_tests::{TestDb, claim_call};
 use serde_json::Value;
 use shopify_webhook::{KeepOrder, ShopifyEvent};
 use tokio::sync::Mutex;
@@ -105,11 +105,7 @@ async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_tran
     }
     // A claim won in an earlier transaction does not carry over to the next.
     assert_eq!(
-        sqlstate(
-            &login,
-            "SELECT * FROM claimonce_claim_v1('shopify', 'b-earlier', 'orders/create', NULL)"
-        )
-        .await,
+        sqlstate(&login, &claim_call("shopify", "b-earlier", "orders/create")).await,
         "ok"
     );
     assert_eq!(sqlstate(&login, insert).await, "42501");
@@ -123,8 +119,8 @@ async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_tran
         sqlstate(
             &login,
             &format!(
-                "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b-own', 'orders/create', \
-                 NULL); {insert}; COMMIT"
+                "BEGIN; {}; {insert}; COMMIT",
+                claim_call("shopify", "b-own", "orders/create")
             )
         )
         .await,
@@ -139,13 +135,13 @@ async fn the_database_refuses_a_rust_effects_statements_outside_a_claim_its_tran
         ("total_price", "42501"),
         ("state, source_updated_at, source_rank", "ok"),
     ] {
+        let event = format!("b-read-{}", column.len());
         assert_eq!(
             sqlstate(
                 &login,
                 &format!(
-                    "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b-read-{}', \
-                     'orders/create', NULL); SELECT {column} FROM shopify_orders; COMMIT",
-                    column.len()
+                    "BEGIN; {}; SELECT {column} FROM shopify_orders; COMMIT",
+                    claim_call("shopify", &event, "orders/create")
                 )
             )
             .await,
@@ -167,12 +163,13 @@ async fn a_claim_an_sql_effect_took_opens_no_rust_effect_table() {
     // Claims `event`, runs `first`, names the same ledger row again and writes the timeline.
     let transaction = |event: &str, first: &str| {
         format!(
-            "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', '{event}', 'orders/create', \
-             NULL); SELECT set_config('attack.row', current_setting('claimonce.claim'), true); \
+            "BEGIN; {}; \
+             SELECT set_config('attack.row', current_setting('claimonce.claim'), true); \
              {first}; \
              SELECT set_config('claimonce.claim', current_setting('attack.row'), true); \
              INSERT INTO shopify_order_events (order_id, event_id, topic, state, \
-             order_updated_at) VALUES (7, '{event}', 'orders/create', 'open', now()); COMMIT"
+             order_updated_at) VALUES (7, '{event}', 'orders/create', 'open', now()); COMMIT",
+            claim_call("shopify", event, "orders/create")
         )
     };
     // Without the forward, the same transaction writes the timeline row: the refusal below is

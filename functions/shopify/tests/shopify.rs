@@ -7,8 +7,8 @@
 // A test asserts by panicking; its helpers too.
 #![allow(clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use claimonce_tests::TestDb;
 use claimonce_tests::db::all_at_once;
+use claimonce_tests::{TestDb, claim_call};
 use shopify_webhook::Shopify;
 
 mod common;
@@ -198,20 +198,21 @@ async fn the_database_gates_shopifys_effects_as_it_gates_the_others() {
         // Its own claim won, another provider's effect; another provider's login, Shopify's.
         (
             "claimonce_shopify",
-            "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b1', 'orders/create', NULL); \
-             SELECT stripe_credit_v1('cus_x', NULL, 1000000); COMMIT"
-                .to_owned(),
-        ),
-        (
-            "claimonce_github",
             format!(
-                "BEGIN; SELECT * FROM claimonce_claim_v1('github', 'b2', 'issues', NULL); \
-                 {keep}; COMMIT"
+                "BEGIN; {}; SELECT stripe_credit_v1('cus_x', NULL, 1000000); COMMIT",
+                claim_call("shopify", "b1", "orders/create")
             ),
         ),
         (
             "claimonce_github",
-            "SELECT * FROM claimonce_claim_v1('shopify', 'b3', 'orders/create', NULL)".to_owned(),
+            format!(
+                "BEGIN; {}; {keep}; COMMIT",
+                claim_call("github", "b2", "issues")
+            ),
+        ),
+        (
+            "claimonce_github",
+            claim_call("shopify", "b3", "orders/create"),
         ),
     ] {
         assert_eq!(as_login(&db, role, &sql).await, "42501", "{role}: {sql}");
@@ -229,8 +230,8 @@ async fn the_database_gates_shopifys_effects_as_it_gates_the_others() {
             &db,
             "claimonce_shopify",
             &format!(
-                "BEGIN; SELECT * FROM claimonce_claim_v1('shopify', 'b4', 'orders/create', NULL); \
-                 {keep}; COMMIT"
+                "BEGIN; {}; {keep}; COMMIT",
+                claim_call("shopify", "b4", "orders/create")
             )
         )
         .await,
