@@ -45,6 +45,18 @@ fn loopback() -> claimonce_migrate::Options {
     }
 }
 
+/// A migrator whose database settings could not be read (answering every request).
+fn unconfigured() -> Migrator {
+    Migrator::new(
+        Err(ConfigError::new(
+            "set DATABASE_URL, or DB_HOST and DB_NAME".into(),
+        )),
+        claimonce_migrations::ALL,
+        Log::capture().0,
+    )
+    .with_options(Ok(loopback()))
+}
+
 /// The migrations plus `extra`, as the migrate binary would carry them.
 fn with_extra(extra: Migration) -> &'static [Migration] {
     let mut all = claimonce_migrations::ALL.to_vec();
@@ -252,15 +264,7 @@ async fn a_failing_migration_is_reported_failed_without_data_or_secrets() {
             .contains("V1 was changed"),
         "{body}"
     );
-    let unconfigured = Migrator::new(
-        Err(ConfigError::new(
-            "set DATABASE_URL, or DB_HOST and DB_NAME".into(),
-        )),
-        claimonce_migrations::ALL,
-        Log::capture().0,
-    )
-    .with_options(Ok(loopback()));
-    unconfigured
+    unconfigured()
         .handle(&request("Create", &cfn.url))
         .await
         .expect("answered");
@@ -497,6 +501,242 @@ async fn a_rollback_update_for_the_previous_version_applies_nothing_and_succeeds
     migrate.handle(&forward).await.expect("answered");
     let (_, body) = last_put(&cfn);
     assert_eq!(body["Status"], "FAILED", "{body}");
+}
+
+/// A request for the settings resource (the template's `MigrateSettings`), carrying the
+/// migrate function's `variables`, log level and network as CloudFormation resolves them, with
+/// the ServiceToken and ServiceTimeout it adds (numbers as strings).
+fn settings_request(kind: &str, response_url: &str, variables: &[(&str, &str)]) -> Value {
+    let mut event = request(kind, response_url);
+    event["LogicalResourceId"] = json!("MigrateSettings");
+    event["ResourceType"] = json!(claimonce_migrate::cfn::SETTINGS_RESOURCE_TYPE);
+    let variables: serde_json::Map<String, Value> = variables
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), json!(value)))
+        .collect();
+    event["ResourceProperties"] = json!({
+        "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction",
+        "ServiceTimeout": "900",
+        "Environment": {"Variables": variables},
+        "LoggingConfig": {"LogFormat": "JSON", "ApplicationLogLevel": "INFO", "SystemLogLevel": "INFO"},
+        "VpcConfig": {"SubnetIds": ["subnet-0a", "subnet-0b"], "SecurityGroupIds": ["sg-0a"]}
+    });
+    if kind != "Create" {
+        event["PhysicalResourceId"] = json!(claimonce_migrate::cfn::SETTINGS_PHYSICAL_RESOURCE_ID);
+    }
+    event
+}
+
+/// The Digest a settings request was answered with (the version's description).
+fn digest(body: &Value) -> String {
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    body["Data"]["Digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no Digest: {body}"))
+        .to_owned()
+}
+
+/// The settings resource is answered with the digest of its properties and nothing is done:
+/// the database is not touched (nor reached: an unconfigured function answers too). The digest
+/// is the same for the same values in another order, and another when a provider is added to
+/// CLAIMONCE_PROVIDERS (a provider deployed later): the version's description changes with it,
+/// so CloudFormation replaces the version and Lambda publishes the new variables.
+#[tokio::test]
+async fn the_settings_resource_is_answered_with_the_digest_of_its_properties_alone() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let migrate = migrator(&url, claimonce_migrations::ALL);
+    let cfn = Recorder::ok().await;
+    let variables = [
+        ("DB_NAME", "claimonce"),
+        ("CLAIMONCE_PROVIDERS", "resend,"),
+        ("DB_HANDLER_STATEMENT_TIMEOUT_MS", "3000"),
+    ];
+
+    let create = settings_request("Create", &cfn.url, &variables);
+    migrate.handle(&create).await.expect("answered");
+    let (_, body) = last_put(&cfn);
+    let first = digest(&body);
+    assert_eq!(
+        first,
+        claimonce_migrate::cfn::settings_digest(&create["ResourceProperties"])
+    );
+    assert!(
+        first.starts_with("settings sha256:") && first.len() <= 256,
+        "{first}"
+    );
+    assert_eq!(
+        body["PhysicalResourceId"],
+        claimonce_migrate::cfn::SETTINGS_PHYSICAL_RESOURCE_ID
+    );
+    assert_eq!(body["LogicalResourceId"], "MigrateSettings");
+
+    // The same values in another order: the same digest, no new version.
+    let mut reordered = variables;
+    reordered.reverse();
+    migrate
+        .handle(&settings_request("Update", &cfn.url, &reordered))
+        .await
+        .expect("answered");
+    assert_eq!(digest(&last_put(&cfn).1), first);
+
+    // A provider deployed later: another digest.
+    let later = [
+        ("DB_NAME", "claimonce"),
+        ("CLAIMONCE_PROVIDERS", "github,resend,"),
+        ("DB_HANDLER_STATEMENT_TIMEOUT_MS", "3000"),
+    ];
+    migrate
+        .handle(&settings_request("Update", &cfn.url, &later))
+        .await
+        .expect("answered");
+    assert_ne!(digest(&last_put(&cfn).1), first);
+
+    migrate
+        .handle(&settings_request("Delete", &cfn.url, &variables))
+        .await
+        .expect("answered");
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(body["Data"], json!({}));
+
+    // A function whose configuration is unusable still names it.
+    unconfigured()
+        .handle(&settings_request("Create", &cfn.url, &variables))
+        .await
+        .expect("answered");
+    assert_eq!(digest(&last_put(&cfn).1), first);
+
+    assert_eq!(
+        fresh(&db)
+            .count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .await,
+        0,
+        "no migration ran"
+    );
+}
+
+/// One invocation of a migrate binary, answered.
+async fn invoked(api: &RuntimeApi, event: &Value) -> Value {
+    match api
+        .invoke(event.to_string(), Duration::from_secs(30))
+        .await
+        .expect("answered")
+    {
+        Outcome::Response(payload) => serde_json::from_slice(&payload).expect("JSON"),
+        Outcome::Error(e) => panic!("migrate failed: {}", String::from_utf8_lossy(&e)),
+    }
+}
+
+/// The defect of docs/decisions/0055, through the real binary: a provider deployed after the
+/// first deploy (its `Deploy<Name>` flipped, so CLAIMONCE_PROVIDERS gains it, the code the
+/// same). CloudFormation gives `$LATEST` the new variables and sends MigrateSettings an Update,
+/// answered by `$LATEST` with another digest; the version whose description that is, published
+/// from `$LATEST`, is what the alias and DatabaseMigrations then name. A request for it applies
+/// the provider's migrations; a rollback-shaped request (the deploy before's properties, its
+/// version) to the same code applies nothing.
+#[tokio::test]
+async fn a_provider_deployed_later_is_migrated_by_the_version_its_settings_publish() {
+    let db = TestDb::new().await;
+    let url = empty_database(&db).await;
+    let fresh = fresh(&db);
+    let (provider, own) = claimonce_migrations::PROVIDERS
+        .iter()
+        .find(|(_, own)| !own.is_empty())
+        .expect("a provider ships its own migrations");
+    let others: Vec<&str> = claimonce_migrations::PROVIDERS
+        .iter()
+        .filter(|(_, own)| own.is_empty())
+        .map(|(p, _)| *p)
+        .collect();
+    let before = format!("{},", others.join(","));
+    let after = format!("{before}{provider},");
+    // The function's variables, as $LATEST and each version published from it hold them and
+    // as MigrateSettings carries them (one text in the template).
+    let variables = |providers: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", url.clone()),
+            ("CLAIMONCE_PROVIDERS", providers.to_owned()),
+        ]
+    };
+    // The binary as Lambda runs a version of it (or $LATEST).
+    let start = |providers: &str, version: &str| {
+        let mut env = variables(providers);
+        env.push(("AWS_LAMBDA_FUNCTION_VERSION", version.to_owned()));
+        async move {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            migrate_binary(&env).await
+        }
+    };
+    let cfn = Recorder::ok().await;
+    let migrations = |kind: &str, version: &str| {
+        let mut event = request(kind, &cfn.url);
+        event["ResourceProperties"]["FunctionVersion"] = json!(format!(
+            "arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction:{version}"
+        ));
+        event
+    };
+    let settings = |kind: &str, providers: &str| {
+        let vars = variables(providers);
+        let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        settings_request(kind, &cfn.url, &pairs)
+    };
+    let recorded =
+        |version: i32| format!("SELECT count(*) FROM schema_migrations WHERE version = {version}");
+
+    // The first deploy: version 7, without the provider.
+    let (seven, _seven) = start(&before, "7").await;
+    invoked(&seven, &settings("Create", &before)).await;
+    let first = digest(&last_put(&cfn).1);
+    invoked(&seven, &migrations("Create", "7")).await;
+    assert_eq!(last_put(&cfn).1["Status"], "SUCCESS");
+    for migration in *own {
+        assert_eq!(
+            fresh.count(&recorded(migration.version)).await,
+            0,
+            "{provider}"
+        );
+    }
+
+    // The deploy that adds it: $LATEST has the new variables and names them.
+    let (latest, _latest) = start(&after, "$LATEST").await;
+    invoked(&latest, &settings("Update", &after)).await;
+    let second = digest(&last_put(&cfn).1);
+    assert_ne!(
+        second, first,
+        "the same description: no version would be published, and the alias would keep 7"
+    );
+
+    // Version 8, published from $LATEST. The deploy before's request applies nothing.
+    let (eight, _eight) = start(&after, "8").await;
+    invoked(&eight, &migrations("Update", "7")).await;
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    assert_eq!(
+        body["Data"]["Applied"], "",
+        "a rollback's request applies nothing"
+    );
+    for migration in *own {
+        assert_eq!(
+            fresh.count(&recorded(migration.version)).await,
+            0,
+            "{provider}"
+        );
+    }
+
+    // Its own applies the provider's migrations.
+    invoked(&eight, &migrations("Update", "8")).await;
+    let (_, body) = last_put(&cfn);
+    assert_eq!(body["Status"], "SUCCESS", "{body}");
+    let applied: Vec<String> = own.iter().map(|m| m.version.to_string()).collect();
+    assert_eq!(body["Data"]["Applied"], applied.join(","));
+    for migration in *own {
+        assert_eq!(
+            fresh.count(&recorded(migration.version)).await,
+            1,
+            "{provider}"
+        );
+    }
 }
 
 fn options(users: &[&str]) -> claimonce_migrate::Options {

@@ -1,6 +1,8 @@
-//! The CloudFormation custom resource: the request CloudFormation invokes the function with,
+//! The CloudFormation custom resources: the request CloudFormation invokes the function with,
 //! the response it waits for, PUT to the request's pre-signed `ResponseURL`, and how the
-//! [`Migrator`] answers each invocation.
+//! [`Migrator`] answers each invocation. Two resources: the template's `DatabaseMigrations`,
+//! which applies the migrations, and `MigrateSettings`, which is answered with the digest of
+//! its properties ([`settings_digest`]) and does nothing else.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::{Migrator, Outcome, PHYSICAL_RESOURCE_ID};
 
@@ -29,19 +32,13 @@ pub struct Request {
     /// Set on `Update` and `Delete`: the id this resource answered before.
     #[serde(default)]
     pub physical_resource_id: Option<String>,
-    /// The resource's properties as the template sets them now.
+    /// The template's type of the resource: [`SETTINGS_RESOURCE_TYPE`], or the migrations
+    /// resource (`Custom::DatabaseMigrations`, and a request that names none).
     #[serde(default)]
-    pub resource_properties: Properties,
-}
-
-/// The properties the template gives the migrations resource.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Properties {
-    /// The ARN of the function version whose migrations this request is for: it changes with
-    /// the code, which is what makes CloudFormation send an `Update` on each such deploy.
+    pub resource_type: Option<String>,
+    /// The resource's properties as the template sets them now, as CloudFormation sends them.
     #[serde(default)]
-    pub function_version: Option<String>,
+    pub resource_properties: Value,
 }
 
 impl Request {
@@ -52,6 +49,64 @@ impl Request {
         }
         serde_json::from_value(event.clone()).ok()
     }
+
+    /// The migrations resource's `FunctionVersion` property: the ARN of the function version
+    /// whose migrations this request is for. It changes with each version the alias is moved
+    /// to (a new binary, or new settings: [`settings_digest`]), which is what makes
+    /// CloudFormation send an `Update` on each such deploy.
+    pub fn function_version(&self) -> Option<&str> {
+        self.resource_properties
+            .get("FunctionVersion")
+            .and_then(Value::as_str)
+    }
+
+    /// Whether this is the settings resource's request ([`SETTINGS_RESOURCE_TYPE`]).
+    pub fn is_for_settings(&self) -> bool {
+        self.resource_type.as_deref() == Some(SETTINGS_RESOURCE_TYPE)
+    }
+}
+
+/// The template's type of the settings resource (`MigrateSettings`): its properties are the
+/// migrate function's settings as CloudFormation resolves them (its variables, the Globals'
+/// among them, its log level and its network), and its answer, [`settings_digest`], is the
+/// description of the function's version. A changed setting changes the description, and
+/// CloudFormation replaces a version whose description changes, so Lambda publishes the new
+/// configuration as a version the alias `live` and `DatabaseMigrations` then name
+/// (docs/decisions/0055-the-migrate-function-s-version-names-its-settings.md).
+pub const SETTINGS_RESOURCE_TYPE: &str = "Custom::MigrateSettings";
+
+/// The physical id of the settings resource: one per stack, stable across updates.
+pub const SETTINGS_PHYSICAL_RESOURCE_ID: &str = "claimonce-migrate-settings";
+
+/// `settings sha256:<64 lower-case hex digits>`, of `properties` written as JSON with every
+/// object's keys in order and no spaces: the same for the same values whatever the order
+/// CloudFormation sends them in, another for any other value, and 80 characters, within the
+/// 256 of a version's description. It reads no setting: nothing in it is used but to name the
+/// version. scripts/live_versions.py computes it the same way.
+pub fn settings_digest(properties: &Value) -> String {
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let text = serde_json::to_string(&sorted(properties)).unwrap_or_default();
+    let hash = Sha256::digest(text.as_bytes());
+    let mut digest = String::from("settings sha256:");
+    for byte in hash {
+        digest.push_str(&format!("{byte:02x}"));
+    }
+    digest
 }
 
 /// `SUCCESS` or `FAILED`.
@@ -270,7 +325,7 @@ impl Migrator {
     /// forward-only, so there is nothing to do, and applying the new code's migrations again
     /// (perhaps the one that just failed) would leave the stack unable to roll back.
     fn is_for_another_version(&self, request: &Request) -> bool {
-        match (&self.version, &request.resource_properties.function_version) {
+        match (&self.version, request.function_version()) {
             (Some(running), Some(requested)) => {
                 requested.rsplit(':').next() != Some(running.as_str())
             }
@@ -323,6 +378,9 @@ impl Migrator {
 
     /// As [`Migrator::respond`], with the database work ending by `deadline`.
     pub async fn respond_until(&self, request: &Request, deadline: Option<Instant>) -> Response {
+        if request.is_for_settings() {
+            return self.respond_to_settings(request);
+        }
         let physical = request
             .physical_resource_id
             .clone()
@@ -383,9 +441,87 @@ impl Migrator {
     }
 }
 
+impl Migrator {
+    /// The settings resource's answer: `Create` and `Update` succeed with `Data.Digest`, the
+    /// [`settings_digest`] of the request's properties; `Delete` succeeds. Nothing else is
+    /// done or read, so a configuration this function cannot use is still named (and its
+    /// version then answers `DatabaseMigrations` with the error).
+    fn respond_to_settings(&self, request: &Request) -> Response {
+        let mut data = Map::new();
+        let (status, reason) = match request.request_type.as_str() {
+            "Create" | "Update" => {
+                let digest = settings_digest(&request.resource_properties);
+                data.insert("Digest".into(), digest.into());
+                (Status::Success, None)
+            }
+            "Delete" => (Status::Success, None),
+            other => (
+                Status::Failed,
+                Some(format!("unknown RequestType {other:?}")),
+            ),
+        };
+        let mut line = data.clone();
+        line.insert("request_type".into(), request.request_type.clone().into());
+        let level = match status {
+            Status::Success => claimonce::log::Level::Info,
+            Status::Failed => claimonce::log::Level::Error,
+        };
+        self.log.write(level, "settings", line);
+        Response {
+            status,
+            reason,
+            physical_resource_id: request
+                .physical_resource_id
+                .clone()
+                .unwrap_or_else(|| SETTINGS_PHYSICAL_RESOURCE_ID.to_owned()),
+            stack_id: request.stack_id.clone(),
+            request_id: request.request_id.clone(),
+            logical_resource_id: request.logical_resource_id.clone(),
+            data,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::response_url_allowed;
+    use super::{response_url_allowed, settings_digest};
+    use serde_json::json;
+
+    /// The digest is of the values, not of the order CloudFormation sends the keys in; any
+    /// value changed, added or taken away changes it; and it is what scripts/live_versions.py
+    /// computes (`settings_digest` there, for this same input), so the check models the
+    /// description the deploy gets.
+    #[test]
+    fn the_settings_digest_names_the_values_whatever_their_order() {
+        let properties = json!({
+            "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction",
+            "Environment": {"Variables": {"CLAIMONCE_PROVIDERS": "stripe,", "DB_NAME": "claimonce"}},
+            "VpcConfig": {"SubnetIds": ["subnet-0a", "subnet-0b"], "SecurityGroupIds": ["sg-0a"]}
+        });
+        let digest = settings_digest(&properties);
+        assert_eq!(
+            digest,
+            "settings sha256:5cb1dba136889ff957699daacd3358a783a357fc3f18bd015d24ca84011cfb56"
+        );
+        let reordered = json!({
+            "VpcConfig": {"SecurityGroupIds": ["sg-0a"], "SubnetIds": ["subnet-0a", "subnet-0b"]},
+            "Environment": {"Variables": {"DB_NAME": "claimonce", "CLAIMONCE_PROVIDERS": "stripe,"}},
+            "ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:claimonce-MigrateFunction"
+        });
+        assert_eq!(settings_digest(&reordered), digest);
+        let mut other = properties.clone();
+        other["Environment"]["Variables"]["CLAIMONCE_PROVIDERS"] = json!("github,stripe,");
+        assert_ne!(settings_digest(&other), digest);
+        let mut fewer = properties.clone();
+        fewer["Environment"]["Variables"]
+            .as_object_mut()
+            .map(|v| v.remove("DB_NAME"));
+        assert_ne!(settings_digest(&fewer), digest);
+        let mut order = properties;
+        order["VpcConfig"]["SubnetIds"] = json!(["subnet-0b", "subnet-0a"]);
+        assert_ne!(settings_digest(&order), digest, "a list's order is a value");
+        assert_eq!(digest.len(), 80);
+    }
 
     #[test]
     fn only_cloudformation_s_s3_urls_are_answered() {

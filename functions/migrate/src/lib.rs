@@ -5,12 +5,16 @@
 //! A provider crate kept in another repository builds this same function for its own
 //! deployment with [`run_from_env_with`], handing it its migrations beside the shared ones.
 //!
-//! Two ways in, one function:
+//! Three ways in, one function:
 //! - a CloudFormation custom resource (the template's `DatabaseMigrations`): `Create` and
 //!   `Update` apply and report `Data.Applied`, `Delete` succeeds without touching the
 //!   database (the schema outlives the stack), and so does a rollback's `Update` (it names the
 //!   previous function version; migrations are forward-only). The answer is PUT to the request's
 //!   `ResponseURL`, success or failure, so a deployment never waits in vain;
+//! - the custom resource `MigrateSettings`, whose properties are this function's settings as
+//!   the template resolves them: answered with their digest ([`cfn::settings_digest`]), the
+//!   description of its version, so that a changed setting publishes a version too, which
+//!   `DatabaseMigrations` then runs (nothing else is done);
 //! - a plain invoke (`aws lambda invoke --payload '{}'`): returns `{"applied": [...]}`.
 //!
 //! After the migrations it sets the login-role defaults of the handler users
