@@ -526,7 +526,8 @@ impl Deploy {
     ) -> Result<String, String> {
         let text = read(&self.root.join(source))?;
         let text = with_providers(&text, providers, source)?;
-        let mut text = self.expand(&text, &self.fragments, providers, source)?;
+        let text = self.expand(&text, &self.fragments, providers, source)?;
+        let mut text = copied(&text, source)?;
         let labels: Vec<&str> = providers.iter().filter_map(|p| p.get("label")).collect();
         let deployed: Vec<&str> = providers
             .iter()
@@ -733,6 +734,81 @@ fn with_providers(text: &str, providers: &[Values], source: &str) -> Result<Stri
     }
     if let Some((line, _)) = open {
         return Err(format!("{source}:{line}: #@with has no #@end"));
+    }
+    Ok(out.join("\n"))
+}
+
+/// `text` with each part between a `#@copy <name>` line and the next `#@end-copy` kept where it
+/// is (without the marker lines), and each line that is only `%%=<name>%%` after its
+/// indentation replaced by that part: its lines but comments and empty ones, indented as the
+/// placeholder instead of as the part's first line. One text serves two places, so neither is
+/// kept by hand: the migrate function's settings and the custom resource whose digest of them
+/// names its version (docs/decisions/0055-the-migrate-function-s-version-names-its-settings.md).
+/// Applied after the `#@each` lines are expanded, so a part holds their expansion.
+fn copied(text: &str, source: &str) -> Result<String, String> {
+    let mut parts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut kept: Vec<&str> = Vec::new();
+    let mut open: Option<(usize, &str)> = None;
+    for (number, line) in text.lines().enumerate() {
+        let at = || format!("{source}: the rendered text's line {}", number + 1);
+        if let Some(name) = line.strip_prefix("#@copy ") {
+            if let Some((outer, _)) = open {
+                return Err(format!(
+                    "{}: #@copy inside the #@copy of line {outer}",
+                    at()
+                ));
+            }
+            if parts.insert(name, Vec::new()).is_some() {
+                return Err(format!("{}: a second #@copy {name}", at()));
+            }
+            open = Some((number + 1, name));
+        } else if line == "#@end-copy" {
+            if open.take().is_none() {
+                return Err(format!("{}: #@end-copy closes no #@copy", at()));
+            }
+        } else {
+            if let Some((_, name)) = open
+                && let Some(part) = parts.get_mut(name)
+            {
+                part.push(line);
+            }
+            kept.push(line);
+        }
+    }
+    if let Some((line, name)) = open {
+        return Err(format!(
+            "{source}: the #@copy {name} of the rendered text's line {line} has no #@end-copy"
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(kept.len());
+    for line in kept {
+        let body = line.trim_start_matches(' ');
+        let Some(name) = body
+            .strip_prefix("%%=")
+            .and_then(|rest| rest.strip_suffix("%%"))
+        else {
+            out.push(line.to_owned());
+            continue;
+        };
+        let part = parts
+            .get(name)
+            .ok_or_else(|| format!("{source}: %%={name}%% names no #@copy {name}"))?;
+        let lines: Vec<&str> = part
+            .iter()
+            .copied()
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .collect();
+        let from = lines
+            .first()
+            .map_or(0, |l| l.len() - l.trim_start_matches(' ').len());
+        let pad = line.get(..line.len() - body.len()).unwrap_or_default();
+        let indent = " ".repeat(from);
+        for l in lines {
+            let rest = l.strip_prefix(indent.as_str()).ok_or_else(|| {
+                format!("{source}: #@copy {name}: {l:?} is indented less than its first line")
+            })?;
+            out.push(format!("{pad}{rest}"));
+        }
     }
     Ok(out.join("\n"))
 }
@@ -1073,6 +1149,32 @@ mod tests {
         assert_eq!(
             unknown,
             "t:1: no feature apis (eventbridge, api, retention)"
+        );
+    }
+
+    /// A copied part stays where it is and appears again at each `%%=name%%`, indented as the
+    /// placeholder, without its comments; a placeholder naming no part, or a part left open,
+    /// is an error.
+    #[test]
+    fn a_copied_part_is_kept_and_pasted_at_its_placeholder() {
+        let text = "a:\n  b:\n#@copy vars\n    # why\n    X: '1'\n    Y:\n      - z\n#@end-copy\nc:\n  %%=vars%%";
+        assert_eq!(
+            copied(text, "t").expect("ok"),
+            "a:\n  b:\n    # why\n    X: '1'\n    Y:\n      - z\nc:\n  X: '1'\n  Y:\n    - z"
+        );
+        assert_eq!(
+            copied("  %%=nothing%%", "t").expect_err("no part"),
+            "t: %%=nothing%% names no #@copy nothing"
+        );
+        assert!(
+            copied("#@copy a\nx", "t")
+                .expect_err("open")
+                .contains("has no #@end-copy")
+        );
+        assert!(
+            copied("#@copy a\n    x\n  y\n#@end-copy\n%%=a%%", "t")
+                .expect_err("not a block")
+                .contains("indented less")
         );
     }
 
