@@ -17,6 +17,19 @@ logical id, or a Description that resolves to another value (resolved here with 
 values, the way CloudFormation resolves it at deploy). A description must also fit the 256
 characters Lambda takes, with the values used here.
 
+The migrate function has the same alias, which the custom resource DatabaseMigrations invokes
+with its version in FunctionVersion (its rollback guard compares the two), and ~30 settings
+that no 256 characters hold. Its description is therefore the digest of those settings, which
+the custom resource MigrateSettings carries (rendered from the same text as the function's) and
+the function answers with (docs/decisions/0055-...). For each parameter that reaches the
+function, the custom resources or the Globals, changed in turn with DatabaseMigrations still
+deployed: where the function's configuration (resolved, but for its reserved concurrency,
+which is the function's and no version's) changes, DatabaseMigrations' properties must change
+(else CloudFormation sends it no Update) and name the version the alias names, a new one (so
+the run reads the configuration Lambda publishes from what CloudFormation just gave the
+function, the new value); and where the configuration stays, so must the version. The digest
+is modelled as the function computes it (cfn::settings_digest).
+
     python scripts/live_versions.py template.yaml            # the check
     python scripts/live_versions.py --mutant template.yaml   # it fails without the descriptions
 
@@ -24,6 +37,7 @@ Run by scripts/check-template with cfn-lint's Python (its YAML loader, SAM's tra
 """
 
 import copy
+import hashlib
 import os
 import json
 import re
@@ -171,15 +185,20 @@ def reaching(template, logical):
     return sorted(found)
 
 
-def live_version(template, logical, values):
-    """(the version's logical id, its Description resolved) that `<logical>`'s alias `live`
-    names, once SAM has translated the template with these parameter values."""
+def translate(template, values):
+    """The template as SAM's translator renders it with these parameter values."""
     sam = copy.deepcopy(template)
     for body in sam["Resources"].values():
         if body.get("Type") == "AWS::Serverless::Function":
             body["Properties"]["CodeUri"] = "s3://bucket/key"  # sam deploy's upload, stood in for
-    out = Translator(managed_policy_map=None, sam_parser=Parser(), plugins=[]).translate(
+    return Translator(managed_policy_map=None, sam_parser=Parser(), plugins=[]).translate(
         sam_template=sam, parameter_values=dict(values), get_managed_policy_map=lambda: {})
+
+
+def live_version(template, logical, values):
+    """(the version's logical id, its Description resolved) that `<logical>`'s alias `live`
+    names, once SAM has translated the template with these parameter values."""
+    out = translate(template, values)
     alias = out["Resources"][f"{logical}Aliaslive"]["Properties"]
     version = alias["FunctionVersion"]["Fn::GetAtt"][0]
     description = out["Resources"][version]["Properties"].get("Description")
@@ -193,7 +212,112 @@ def findings(template):
     # And once with database secrets, the other way a receiver logs in.
     secret = dict(iam, DatabaseAuth="secret", **{
         n: ARN.format(n[:-3].lower()) for n in template["Parameters"] if n.endswith("DbSecretArn")})
-    return sum((findings_with(template, values) for values in (iam, secret)), [])
+    return sum((findings_with(template, values) + migrate_findings(template, values)
+                for values in (iam, secret)), [])
+
+
+MIGRATE, RUN, SETTINGS = "MigrateFunction", "DatabaseMigrations", "Custom::MigrateSettings"
+
+
+def settings_digest(properties):
+    """What the migrate function answers a MigrateSettings request with (cfn::settings_digest):
+    the SHA-256 of its properties as JSON, keys sorted, no spaces."""
+    text = json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "settings sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class Deployed:
+    """The migrate function's side of one translation, resolved as CloudFormation would: a
+    MigrateSettings digest as the function computes it, a version as its physical id (a new one
+    when its logical id or its description changes)."""
+
+    def __init__(self, template, values):
+        self.out = translate(template, values)
+        self.values = values
+        self.conds = conditions(self.out, values)
+        resources = self.out["Resources"]
+        alias = resources[f"{MIGRATE}Aliaslive"]["Properties"]["FunctionVersion"]["Fn::GetAtt"][0]
+        self.version = self.resolve({"Ref": alias})
+        self.run = self.resolve(resources[RUN]["Properties"]) if RUN in resources else None
+        configuration = self.resolve(resources[MIGRATE]["Properties"])
+        # The function's, applied to every version (PutFunctionConcurrency), so no version's.
+        configuration.pop("ReservedConcurrentExecutions", None)
+        self.configuration = configuration
+        self.settings = {n: self.resolve(b["Properties"]) for n, b in resources.items()
+                         if b.get("Type") == SETTINGS}
+
+    def resolve(self, node):
+        resources = self.out["Resources"]
+
+        def bound(node):
+            if isinstance(node, list):
+                return [bound(n) for n in node]
+            if not isinstance(node, dict):
+                return node
+            if list(node) == ["Fn::GetAtt"]:
+                target, attribute = node["Fn::GetAtt"]
+                if resources.get(target, {}).get("Type") == SETTINGS and attribute == "Digest":
+                    return settings_digest(self.resolve(resources[target]["Properties"]))
+            if list(node) == ["Ref"] and resources.get(node["Ref"], {}).get("Type") == "AWS::Lambda::Version":
+                description = self.resolve(resources[node["Ref"]]["Properties"].get("Description"))
+                return f"<version {node['Ref']} described {description!r}>"
+            return {k: bound(v) for k, v in node.items()}
+
+        return resolve(bound(node), self.values, self.conds)
+
+
+def migrate_findings(template, values):
+    """Every setting of the migrate function reaches the version DatabaseMigrations runs."""
+    resources = template["Resources"]
+    if MIGRATE not in resources or RUN not in resources:
+        return []
+    bad = []
+    base = Deployed(template, values)
+    if base.run is None:
+        return [f"{RUN}: not deployed with the values checked ({values.get('MigrateOnDeploy')!r})"]
+    description = base.version
+    for logical, settings in base.settings.items():
+        variables = base.configuration.get("Environment", {}).get("Variables", {})
+        carried = settings.get("Environment", {}).get("Variables", {})
+        for name in sorted(set(variables) | set(carried)):
+            if variables.get(name) != carried.get(name):
+                bad.append(f"{logical}: {name} is {carried.get(name)!r}, {MIGRATE}'s is "
+                           f"{variables.get(name)!r}")
+        if len(settings_digest(settings)) > 256:
+            bad.append(f"{logical}: the digest is over the 256 characters of a version's description")
+    names = set(reaching(template, MIGRATE))
+    for logical, body in resources.items():
+        if logical == RUN or body.get("Type") == SETTINGS:
+            names.update(reaching(template, logical))
+    tried, configured = 0, 0
+    for name in sorted(names):
+        other = changed(name, template["Parameters"][name], values[name])
+        if other is None:
+            continue
+        variant = dict(values, **{name: other})
+        if not conditions(template, variant).get(resources[RUN].get("Condition"), True):
+            continue  # a change that removes the migrations resource runs nothing
+        tried += 1
+        now = Deployed(template, variant)
+        change = f"{MIGRATE}: {name} {values[name]!r} -> {other!r}"
+        if now.configuration != base.configuration:
+            configured += 1
+            if now.run == base.run:
+                bad.append(f"{change} changes its configuration and leaves {RUN}'s properties as "
+                           "they were: CloudFormation sends it no Update, and no migration runs "
+                           "with the new value")
+            if now.version == base.version:
+                bad.append(f"{change} changes its configuration and leaves the alias live on the "
+                           "same version, which reads the value before")
+        elif now.version != base.version or now.run != base.run:
+            # Lambda publishes no version of a configuration it has published already.
+            bad.append(f"{change} changes the version or {RUN} but not the function's configuration")
+        if now.run.get("FunctionVersion") != now.version:
+            bad.append(f"{change}: {RUN} names {now.run.get('FunctionVersion')} and the alias "
+                       f"{now.version}: the run would skip as a rollback's")
+    print(f"  {MIGRATE} (DatabaseAuth={values['DatabaseAuth']}): {tried} parameters reach it, each "
+          f"changed in turn, {configured} changing its configuration; its live version: {description}")
+    return bad
 
 
 def findings_with(template, values):
@@ -239,11 +363,17 @@ def main(argv):
     if mutant:
         for body in template["Resources"].values():
             body.get("Properties", {}).pop("VersionDescription", None)
+        # The migrate function's too; its own findings must be among those found.
     bad = findings(template)
     if mutant:
         if not bad:
             sys.exit("without VersionDescription the check found nothing: it cannot fail")
+        migrate = [b for b in bad if b.startswith(MIGRATE)]
+        if MIGRATE in template["Resources"] and not migrate:
+            sys.exit(f"without {MIGRATE}'s VersionDescription the check found nothing of it")
         print(f"  mutant (no VersionDescription): {len(bad)} finding(s), e.g. {bad[0]}")
+        if migrate:
+            print(f"  ({len(migrate)} of {MIGRATE}, e.g. {migrate[0]})")
         return
     if bad:
         sys.exit("\n".join(bad))

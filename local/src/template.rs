@@ -1077,8 +1077,8 @@ mod tests {
         let paddle = template("paddle");
         assert_eq!(
             paddle.matches("DB_DELIVERY_TIMEOUT_MS:").count(),
-            1,
-            "Globals' only"
+            2,
+            "Globals' only, and MigrateSettings' copy of them"
         );
         assert!(!paddle.contains("SPILL_TIMEOUT_MS:"));
     }
