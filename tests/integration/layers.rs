@@ -253,16 +253,8 @@ fn the_claim_function_is_spelled_only_by_its_constant() {
     let mut spelled = Vec::new();
     for path in &files {
         let relative = path.strip_prefix(&root).expect("under the root");
-        // Where the constant is defined; and tests/integration/migrate_fn.rs, which another
-        // change was editing when this check was added and which still spells it once (the
-        // claim of `a_handler_user_given_with_its_provider_role_is_moved_onto_it`): it is to
-        // use the constant too, and then leave this list.
-        if [
-            Path::new("shared/src/claim.rs"),
-            Path::new("tests/integration/migrate_fn.rs"),
-        ]
-        .contains(&relative)
-        {
+        // Where the constant is defined.
+        if relative == Path::new("shared/src/claim.rs") {
             continue;
         }
         let text = std::fs::read_to_string(path).expect("a source file");

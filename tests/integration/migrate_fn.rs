@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use claimonce::db::Settings;
+use claimonce::jobs::CLAIM_FUNCTION;
 use claimonce::log::Log;
 use claimonce::migrate::Migration;
 use claimonce::prelude::ConfigError;
@@ -874,10 +875,10 @@ async fn a_handler_user_given_with_its_provider_role_is_moved_onto_it() {
         .await
         .expect("connect as the moved user");
     tokio::spawn(connection);
-    let claim = "SELECT won FROM claimonce_claim_v1($1, 'e1', 't', NULL)";
-    assert!(client.query_one(claim, &[&"github"]).await.is_ok());
+    let claim = format!("SELECT won FROM {CLAIM_FUNCTION}($1, 'e1', 't', NULL)");
+    assert!(client.query_one(&claim, &[&"github"]).await.is_ok());
     let refused = client
-        .query_one(claim, &[&"stripe"])
+        .query_one(&claim, &[&"stripe"])
         .await
         .expect_err("another provider's claim");
     assert_eq!(refused.code().map(|c| c.code()), Some("42501"));
