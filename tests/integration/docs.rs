@@ -548,3 +548,56 @@ fn the_documents_state_the_outbox_set_aside_count_as_configured() {
         "RELIABILITY, OPERATIONS and the configuration page each state it"
     );
 }
+
+/// DEPLOY's Managed Instances floor and break-even volumes are the arithmetic of the prices
+/// decision 0047 cites (an m7g vCPU-hour, the 15% fee, classic Lambda's Arm duration at 256 MB),
+/// for a receiver's 3 environments on the smallest instance Lambda may launch: 1 or 2 vCPUs,
+/// since no AWS page names it, so DEPLOY gives both ends. A price, a size or a rounding changed
+/// in the table and not in the arithmetic fails here.
+#[test]
+fn deploy_s_managed_instances_floor_is_the_cited_prices_at_both_instance_sizes() {
+    const VCPU_HOUR: f64 = 0.0408;
+    const FEE: f64 = 1.15;
+    const HOURS: f64 = 730.0;
+    const ENVIRONMENTS: f64 = 3.0;
+    // 0.25 GB x $0.0000133334 per GB-second, per millisecond.
+    const CLASSIC_MS: f64 = 0.25 * 0.000_013_333_4 / 1000.0;
+    let month = |vcpus: f64| ENVIRONMENTS * vcpus * VCPU_HOUR * FEE * HOURS;
+    // Two significant figures a second.
+    let per_second = |dollars: f64, ms: f64| {
+        let n = dollars / (CLASSIC_MS * ms) / (HOURS * 3600.0);
+        let step = 10f64.powi(n.log10().floor() as i32 - 1);
+        let rounded = ((n / step).round() * step) as u64;
+        let text = rounded.to_string();
+        match text.len() {
+            4 | 5 => format!("{},{}", &text[..text.len() - 3], &text[text.len() - 3..]),
+            _ => text,
+        }
+    };
+    let deploy = std::fs::read_to_string(workspace_root().join("DEPLOY.md")).expect("DEPLOY.md");
+    let (low, high) = (month(1.0), month(2.0));
+    let floor = format!(
+        "about ${:.0} a month on 1-vCPU instances (3 × m7g.medium), ${:.0} if Lambda's",
+        low, high
+    );
+    assert!(
+        deploy.replace('\n', " ").contains(&floor),
+        "DEPLOY.md does not state the floor as {floor:?}"
+    );
+    for ms in [1.0, 5.0, 20.0] {
+        let row = format!("| {ms} ms ");
+        let line = deploy
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("DEPLOY.md has no row {row:?}"));
+        let volumes = format!(
+            "about {} to {} a second",
+            per_second(low, ms),
+            per_second(high, ms)
+        );
+        assert!(
+            line.contains(&volumes),
+            "{row}: {volumes:?} is not in {line:?}"
+        );
+    }
+}
