@@ -80,7 +80,10 @@ pub fn statement(effect: Option<&Effect>) -> String {
         }
         sql.push_str(") END");
     }
-    let _ = write!(sql, " FROM {CLAIM_FUNCTION}($1, $2, $3, $4) AS c");
+    // Pushed, not formatted: this runs for every delivery.
+    sql.push_str(" FROM ");
+    sql.push_str(CLAIM_FUNCTION);
+    sql.push_str("($1, $2, $3, $4) AS c");
     sql
 }
 
