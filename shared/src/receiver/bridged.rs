@@ -1,11 +1,19 @@
 //! Events of the provider's partner event source, through EventBridge and the function's event
-//! queue ([`crate::bridge`]), settled through the same claim as a webhook.
+//! queue (`bridge.rs`), settled through the same claim as a webhook.
 
-use super::drain::Queued;
 use super::*;
 use crate::bridge::Bridge;
 
-impl<P: Provider> Queued<'_, P> {
+/// The event queue's way in, for each of its records in a [`Queued`](super::drain::Queued)
+/// batch: proven by its receipt handle and its envelope's source and account, never by a
+/// signature; on the database unavailable the rest of the batch is not tried. Its lines are
+/// `bridged`.
+pub(super) struct EventQueue<'q, P> {
+    pub(super) receiver: &'q Receiver<P>,
+    pub(super) bridge: &'q Bridge,
+}
+
+impl<P: Provider> EventQueue<'_, P> {
     /// One event queue record's outcome, and EventBridge's id of the event once its envelope
     /// opened. The record must be proven to have come off the queue (`proof`; nothing of it is read
     /// otherwise), and the envelope must name the configured partner source and the queue's account;
@@ -14,9 +22,8 @@ impl<P: Provider> Queued<'_, P> {
     /// the claim stores no payload fingerprint: the JSON is EventBridge's, not the bytes a
     /// webhook carried. An event that also arrived by webhook is a duplicate under the same
     /// ledger key.
-    pub(super) async fn event_queue_record<'r>(
+    pub(super) async fn record<'r>(
         &self,
-        bridge: &Bridge,
         record: &'r crate::sqs::Record,
         proof: Result<(), String>,
         batch: &mut Batch,
@@ -25,7 +32,7 @@ impl<P: Provider> Queued<'_, P> {
             let why = format!("not proven to have come off the event queue: {why}");
             return (Outcome::failed(why), None);
         }
-        let envelope = match bridge.open(record.body()) {
+        let envelope = match self.bridge.open(record.body()) {
             Ok(envelope) => envelope,
             Err(why) => return (Outcome::failed(why.to_owned()), None),
         };

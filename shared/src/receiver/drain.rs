@@ -1,6 +1,7 @@
 //! The spill queue's drain: each spilled delivery proven, parsed again and settled through
 //! the same claim as a webhook ([`crate::spill`]).
 
+use super::bridged::EventQueue;
 use super::*;
 
 /// Why the drain did not apply a record: it is not a spilled delivery it can read (from its
@@ -115,9 +116,11 @@ impl<P: Provider> Queued<'_, P> {
                 Some(bridge) if bridge.takes(arn) => {
                     let outcome;
                     let proof = proof.unwrap_or_else(|| Err("it was not asked of SQS".into()));
-                    (outcome, eventbridge_id) = self
-                        .event_queue_record(bridge, record, proof, &mut batch)
-                        .await;
+                    let queue = EventQueue {
+                        receiver: self.receiver,
+                        bridge,
+                    };
+                    (outcome, eventbridge_id) = queue.record(record, proof, &mut batch).await;
                     let via = Via::EventBridge {
                         sqs_message_id: &record.message_id,
                         receive_count,
