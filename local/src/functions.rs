@@ -271,10 +271,11 @@ pub fn build(which: Binaries) -> io::Result<PathBuf> {
             .stdout(std::process::Stdio::piped());
     }
     // `cargo run` and `cargo test` hand the program they start the variables they set for a
-    // crate (CARGO_MANIFEST_DIR and the like). Some build scripts rerun when one changes
-    // (ring's reads CARGO_MANIFEST_DIR), so passing them on to this build would rebuild ring
-    // and everything above it, and the next `cargo run -p claimonce-local` would rebuild it all
-    // again: a build started from a shell has none of them, and neither has this one.
+    // crate (CARGO_MANIFEST_DIR and the like). A build script that reads one reruns when it
+    // changes (ring's read CARGO_MANIFEST_DIR), so passing them on to this build would rebuild
+    // that crate and everything above it, and the next `cargo run -p claimonce-local` would
+    // rebuild it all again: a build started from a shell has none of them, and neither has
+    // this one.
     for (name, _) in std::env::vars_os() {
         let is_crate_var = name.to_str().is_some_and(|n| {
             n.starts_with("CARGO_PKG_")

@@ -64,9 +64,13 @@ pub struct New {
 }
 
 /// Every crate's files: each path under the crate, and its text, with `{{key}}` placeholders.
-const FILES: [(&str, &str); 11] = [
+const FILES: [(&str, &str); 12] = [
     ("Cargo.toml", include_str!("../scaffold/Cargo.toml.in")),
     (".gitignore", include_str!("../scaffold/gitignore.in")),
+    (
+        ".cargo/config.toml",
+        include_str!("../scaffold/cargo-config.toml.in"),
+    ),
     ("build.rs", include_str!("../scaffold/build.rs.in")),
     ("clippy.toml", include_str!("../scaffold/clippy.toml.in")),
     ("src/lib.rs", include_str!("../scaffold/lib.rs.in")),

@@ -223,12 +223,12 @@ pub fn parse_secret(json: &str) -> Result<DbSecret, AuthError> {
 
 /// The AWS configuration loader every SDK call in the process starts from: the defaults
 /// (region, credential chain, `AWS_ENDPOINT_URL_*`) with the SDK's own hyper HTTPS client on
-/// rustls with ring, the database connection's provider, instead of its default aws-lc. The
-/// credential chain's own calls use the same client.
+/// rustls with aws-lc-rs, the database connection's provider. The credential chain's own calls
+/// use the same client.
 pub fn aws_config() -> aws_config::ConfigLoader {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     let https = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
         .build_https();
     aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(https)
 }

@@ -1,5 +1,5 @@
 //! The senders' own APIs (GitHub's, Stripe's), as the recover functions call them: one HTTPS
-//! client verified against the public web roots with ring (the provider the database
+//! client verified against the public web roots with aws-lc-rs (the provider the database
 //! connection and the AWS SDK use), a base URL setting, a deadline per request, and the rate
 //! limit read from an answer.
 //!
@@ -33,7 +33,7 @@ pub const DEFAULT_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(86_400);
 
 /// The HTTPS client of the functions' own calls out (a sender's API, CloudFormation's
-/// pre-signed response URL): HTTP/1 on rustls with ring and the public web roots; plain
+/// pre-signed response URL): HTTP/1 on rustls with aws-lc-rs and the public web roots; plain
 /// `http` only where the caller allows it (a loopback test server).
 pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
@@ -41,9 +41,7 @@ pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<
 pub fn https_client() -> Result<HttpsClient, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    // Deprecated by rustls 0.23.48 with no other name: ring stays (see `db::tls`).
-    #[allow(deprecated)]
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
     let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
         .with_safe_default_protocol_versions()
         .map_err(|_| "TLS protocol versions unavailable".to_owned())?

@@ -134,8 +134,9 @@ fn rustdoc_json(features: &str) -> Result<Value, String> {
     }
     command.args(["--", "-Z", "unstable-options", "--output-format", "json"]);
     command.arg("--document-hidden-items");
-    // What cargo sets for this test's own crate would reach the build scripts under rustdoc
-    // and make some of them (ring's) build again, and everything above them.
+    // What cargo sets for this test's own crate would reach the build scripts under rustdoc,
+    // and one that reads such a variable (ring's read CARGO_MANIFEST_DIR) would build again,
+    // with everything above it.
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(|n| {
             [

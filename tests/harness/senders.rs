@@ -343,8 +343,8 @@ fn check_jwt(authorization: Option<&str>, app_id: &str, public_key: &[u8]) -> Re
     if header["alg"] != "RS256" {
         return Err("The JWT's alg is not RS256".into());
     }
-    let key = ring::signature::UnparsedPublicKey::new(
-        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+    let key = aws_lc_rs::signature::UnparsedPublicKey::new(
+        &aws_lc_rs::signature::RSA_PKCS1_2048_8192_SHA256,
         public_key,
     );
     let signed = token.rsplit_once('.').map_or("", |(s, _)| s);

@@ -2,9 +2,13 @@
 //! new event (the first database connection included), its peak RSS after a run of
 //! deliveries, and the binaries' sizes.
 //!
+//! With `--tls` the database is the tests' TLS PostgreSQL (`claimonce_tests::tls`, a throwaway
+//! CA the function is given as `PGSSLROOTCERT`), reached with `sslmode=require`: the first
+//! connection then includes a full TLS handshake, as RDS Proxy's does.
+//!
 //! ```text
 //! cargo build --release -p stripe-webhook -p resend-webhook
-//! cargo run --release -p claimonce-bench --bin coldstart -- [--runs 11] [--deliveries 500]
+//! cargo run --release -p claimonce-bench --bin coldstart -- [--runs 11] [--deliveries 500] [--tls]
 //! ```
 
 use std::path::PathBuf;
@@ -12,15 +16,17 @@ use std::time::{Duration, Instant};
 
 use claimonce_bench::{checkout, migrated_postgres, peak_rss_kib, stripe_event};
 use claimonce_local::runtime_api::{Outcome, RuntimeApi};
+use claimonce_tests::tls::TlsServer;
 
-const USAGE: &str = "usage: coldstart [--runs 11] [--deliveries 500]
+const USAGE: &str = "usage: coldstart [--runs 11] [--deliveries 500] [--tls]
   --runs N          cold starts to measure (the median is reported)
-  --deliveries N    deliveries after the first cold start, for the peak RSS";
+  --deliveries N    deliveries after the first cold start, for the peak RSS
+  --tls             the database over verified TLS (sslmode=require), not plain TCP";
 
-/// (runs, deliveries), or the message to print and the exit code.
-fn args() -> Result<(u64, u64), (String, u8)> {
+/// (runs, deliveries, tls), or the message to print and the exit code.
+fn args() -> Result<(u64, u64, bool), (String, u8)> {
     use lexopt::prelude::*;
-    let (mut runs, mut deliveries) = (11, 500);
+    let (mut runs, mut deliveries, mut tls) = (11, 500, false);
     let mut parser = lexopt::Parser::from_env();
     let bad = |e: lexopt::Error| (format!("coldstart: {e}\n{USAGE}"), 2);
     while let Some(arg) = parser.next().map_err(bad)? {
@@ -29,11 +35,12 @@ fn args() -> Result<(u64, u64), (String, u8)> {
             Long("deliveries") => {
                 deliveries = parser.value().map_err(bad)?.parse().map_err(bad)?;
             }
+            Long("tls") => tls = true,
             Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
             other => return Err(bad(other.unexpected())),
         }
     }
-    Ok((runs, deliveries))
+    Ok((runs, deliveries, tls))
 }
 
 fn ok(outcome: Result<Outcome, claimonce_local::runtime_api::InvokeError>) -> bool {
@@ -42,7 +49,7 @@ fn ok(outcome: Result<Outcome, claimonce_local::runtime_api::InvokeError>) -> bo
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let (runs, deliveries) = match args() {
+    let (runs, deliveries, tls) = match args() {
         Ok(a) => a,
         Err(stop) => return claimonce_bench::exit_with(stop),
     };
@@ -55,13 +62,27 @@ async fn main() -> std::process::ExitCode {
         );
         return std::process::ExitCode::FAILURE;
     }
-    let (_pg, url) = match migrated_postgres(&root.join("target/claimonce-coldstart")).await {
-        Ok(started) => started,
-        Err(e) => {
-            eprintln!("coldstart: {e}");
-            return std::process::ExitCode::FAILURE;
+    // The server, plain or TLS (kept running until the end), the function's URL and its root
+    // certificate.
+    let (_plain, _tls, url, root_cert) = if tls {
+        let (server, _admin) = TlsServer::migrated().await;
+        let url = server.url("localhost", Some("require"));
+        let ca = server.ca.to_string_lossy().into_owned();
+        (None, Some(server), url, Some(ca))
+    } else {
+        match migrated_postgres(&root.join("target/claimonce-coldstart")).await {
+            Ok((pg, url)) => (Some(pg), None, url, None),
+            Err(e) => {
+                eprintln!("coldstart: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
         }
     };
+    let extra: Vec<(&str, &str)> = root_cert
+        .as_deref()
+        .map(|ca| ("PGSSLROOTCERT", ca))
+        .into_iter()
+        .collect();
 
     let mut cold = Vec::new();
     let mut peak = 0;
@@ -73,7 +94,7 @@ async fn main() -> std::process::ExitCode {
             true,
         );
         let started = Instant::now();
-        let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url, &[]);
+        let mut child = claimonce_bench::spawn_stripe(&api, &binary, &url, &extra);
         let answered = api.invoke(first, Duration::from_secs(10)).await;
         let took = started.elapsed();
         if !ok(answered) {
@@ -101,7 +122,8 @@ async fn main() -> std::process::ExitCode {
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let median = cold.get(cold.len() / 2).map_or(0.0, ms);
     println!(
-        "cold start (spawn to first 200, first connection included), {runs} runs: median {median:.1} ms, min {:.1} ms, max {:.1} ms",
+        "cold start (spawn to first 200, first connection included{}), {runs} runs: median {median:.1} ms, min {:.1} ms, max {:.1} ms",
+        if tls { ", over TLS" } else { "" },
         cold.first().map_or(0.0, ms),
         cold.last().map_or(0.0, ms)
     );

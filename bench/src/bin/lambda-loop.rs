@@ -14,10 +14,14 @@
 //! each function side by side (one emulator each), as N warm execution environments share a
 //! host, and sums their CPU.
 //!
+//! With `--tls` the function reaches the database over verified TLS (`sslmode=require`, the
+//! tests' TLS PostgreSQL and its throwaway CA as `PGSSLROOTCERT`), as it reaches RDS Proxy:
+//! each statement and its answer then pass through the crypto provider's record layer.
+//!
 //! ```text
 //! cargo build --release -p stripe-webhook     # alone: with the bench tools, cargo would give
 //! cargo build --release -p claimonce-bench    # it claimonce's `jobs` feature too
-//! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--processes 1] [--binary PATH]
+//! cargo run --release -p claimonce-bench --bin lambda-loop -- [--deliveries 2000] [--processes 1] [--binary PATH] [--tls]
 //! ```
 
 use std::time::Duration;
@@ -71,7 +75,7 @@ fn bare_round_trip(url: String, n: u64) -> Option<(f64, f64)> {
 }
 
 const USAGE: &str =
-    "usage: lambda-loop [--deliveries 2000] [--processes 1] [--kinds K,...] [--binary PATH] [--bare PATH]
+    "usage: lambda-loop [--deliveries 2000] [--processes 1] [--kinds K,...] [--binary PATH] [--bare PATH] [--tls]
   --deliveries N    deliveries of each kind
   --kinds K,...     only these kinds after the floor: rejected, new, duplicate, credit, ignored,
                     bridged, thin (default all); with two --deliveries counts under a profiler,
@@ -79,7 +83,8 @@ const USAGE: &str =
   --processes N     copies of each function run side by side, one emulator each
   --binary PATH     the function to measure (default target/release/stripe-webhook), e.g. a
                     build with symbols, or a script that runs it under a profiler
-  --bare PATH       the floor's function (default target/release/bare-runtime), the same way";
+  --bare PATH       the floor's function (default target/release/bare-runtime), the same way
+  --tls             the function's database connection over verified TLS (sslmode=require)";
 
 /// What to run.
 struct Args {
@@ -88,12 +93,14 @@ struct Args {
     kinds: Vec<Kind>,
     binary: Option<std::path::PathBuf>,
     bare: Option<std::path::PathBuf>,
+    tls: bool,
 }
 
 /// The arguments, or the message to print and the exit code.
 fn args() -> Result<Args, (String, u8)> {
     use lexopt::prelude::*;
     let (mut deliveries, mut binary, mut bare, mut processes) = (2000, None, None, 1);
+    let mut tls = false;
     let mut kinds = Kind::MEASURED.to_vec();
     let mut parser = lexopt::Parser::from_env();
     let bad = |e: lexopt::Error| (format!("lambda-loop: {e}\n{USAGE}"), 2);
@@ -120,6 +127,7 @@ fn args() -> Result<Args, (String, u8)> {
             }
             Long("binary") => binary = Some(parser.value().map_err(bad)?.into()),
             Long("bare") => bare = Some(parser.value().map_err(bad)?.into()),
+            Long("tls") => tls = true,
             Short('h') | Long("help") => return Err((USAGE.to_owned(), 0)),
             other => return Err(bad(other.unexpected())),
         }
@@ -130,6 +138,7 @@ fn args() -> Result<Args, (String, u8)> {
         kinds,
         binary,
         bare,
+        tls,
     })
 }
 
@@ -283,6 +292,7 @@ async fn main() -> std::process::ExitCode {
         kinds,
         binary,
         bare,
+        tls,
     } = match args() {
         Ok(a) => a,
         Err(stop) => return claimonce_bench::exit_with(stop),
@@ -301,11 +311,21 @@ async fn main() -> std::process::ExitCode {
         "target/claimonce-lambda-loop-{}",
         std::process::id()
     ));
-    let (pg, url) = match migrated_postgres(&dir).await {
-        Ok(started) => started,
-        Err(e) => {
-            eprintln!("lambda-loop: {e}");
-            return std::process::ExitCode::FAILURE;
+    // The server, the function's URL and root certificate, and a plain URL for the bare
+    // round trips.
+    let (pg, url, root_cert, plain_url) = if tls {
+        let (server, _admin) = claimonce_tests::tls::TlsServer::migrated().await;
+        let url = server.url("localhost", Some("require"));
+        let plain = server.url("127.0.0.1", Some("disable"));
+        let ca = server.ca.to_string_lossy().into_owned();
+        (server.server, url, Some(ca), plain)
+    } else {
+        match migrated_postgres(&dir).await {
+            Ok((pg, url)) => (pg, url.clone(), None, url),
+            Err(e) => {
+                eprintln!("lambda-loop: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
         }
     };
 
@@ -353,6 +373,7 @@ async fn main() -> std::process::ExitCode {
             ("STRIPE_API_BASE", stripe_api.url.as_str()),
         ];
         env.extend(bridge.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend(root_cert.as_deref().map(|ca| ("PGSSLROOTCERT", ca)));
         claimonce_bench::spawn_stripe(api, &binary, &url, &env)
     })
     .await;
@@ -421,8 +442,7 @@ async fn main() -> std::process::ExitCode {
     floor.stop().await;
     stripe.stop().await;
     // The database part's floor, with the functions stopped: the machine as quiet as for them.
-    let url_for_trips = url.clone();
-    match tokio::task::spawn_blocking(move || bare_round_trip(url_for_trips, deliveries)).await {
+    match tokio::task::spawn_blocking(move || bare_round_trip(plain_url, deliveries)).await {
         Ok(Some((cpu_us, wakeups))) => println!(
             "| one round trip of tokio-postgres alone (`SELECT 1`; the database part's floor) | {cpu_us:.1} | {wakeups:.2} | — | {:.2} |",
             cpu_us / floor_us.max(f64::MIN_POSITIVE)

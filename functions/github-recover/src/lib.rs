@@ -113,7 +113,7 @@ impl Policy {
 /// The App's identity: its id and private key. The key is never shown.
 pub struct App {
     id: String,
-    key: ring::signature::RsaKeyPair,
+    key: aws_lc_rs::signature::RsaKeyPair,
 }
 
 impl std::fmt::Debug for App {
@@ -144,10 +144,10 @@ impl App {
         };
         let key = match PrivateKeyDer::from_pem_slice(pem.trim().as_bytes()).map_err(|_| bad())? {
             PrivateKeyDer::Pkcs1(der) => {
-                ring::signature::RsaKeyPair::from_der(der.secret_pkcs1_der())
+                aws_lc_rs::signature::RsaKeyPair::from_der(der.secret_pkcs1_der())
             }
             PrivateKeyDer::Pkcs8(der) => {
-                ring::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der())
+                aws_lc_rs::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der())
             }
             _ => return Err(bad()),
         }
@@ -169,11 +169,11 @@ impl App {
         });
         let claims = URL_SAFE_NO_PAD.encode(claims.to_string());
         let signing_input = format!("{header}.{claims}");
-        let mut signature = vec![0; self.key.public().modulus_len()];
+        let mut signature = vec![0; self.key.public_modulus_len()];
         self.key
             .sign(
-                &ring::signature::RSA_PKCS1_SHA256,
-                &ring::rand::SystemRandom::new(),
+                &aws_lc_rs::signature::RSA_PKCS1_SHA256,
+                &aws_lc_rs::rand::SystemRandom::new(),
                 signing_input.as_bytes(),
                 &mut signature,
             )

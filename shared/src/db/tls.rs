@@ -80,10 +80,9 @@ pub(super) fn tls_connector(trust: Trust<'_>) -> Result<MakeRustlsConnect, Confi
             "the certificate bundle carried in this binary",
         )?,
     };
-    // rustls 0.23.48 deprecates ring's provider for its lack of post-quantum key exchange,
-    // with no other name for it; ring stays the one provider (decision 0032).
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // aws-lc-rs, the process's one provider (decision 0054): it offers the post-quantum hybrid
+    // X25519MLKEM768 first, and the classical groups a server without it takes.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|_| ConfigError::new("TLS protocol versions unavailable".into()))?
