@@ -12,14 +12,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use claimonce::prelude::ConfigError;
 use claimonce::db::{Database, Settings, Timeouts};
+use claimonce::jobs::claim_statement;
 use claimonce::lambda::Payload;
 use claimonce::log::{Captured, Log};
-use claimonce::jobs::claim_statement;
-use claimonce::prelude::Sign;
+use claimonce::prelude::{ConfigError, Plan, Problem, Provider, Sign};
 use claimonce::{Admission, Admitted, Limits, Receiver};
-use claimonce::prelude::{Plan, Problem, Provider};
 use lambda_http::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use lambda_http::{Body, Request};
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use claimonce::Receiver;
 use claimonce::prelude::ProviderName;
-use claimonce::timestamp::unix_now;
 use claimonce::prelude::Sign;
+use claimonce::timestamp::unix_now;
 use claimonce_local::kit::{self, Binary, answer};
 use claimonce_local::scratch::{Scratch, ScratchDb};
 use paddle_webhook::{MIGRATIONS, Paddle, PaddleSignature};
