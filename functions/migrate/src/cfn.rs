@@ -102,11 +102,7 @@ pub fn settings_digest(properties: &Value) -> String {
     }
     let text = serde_json::to_string(&sorted(properties)).unwrap_or_default();
     let hash = Sha256::digest(text.as_bytes());
-    let mut digest = String::from("settings sha256:");
-    for byte in hash {
-        digest.push_str(&format!("{byte:02x}"));
-    }
-    digest
+    format!("settings sha256:{}", claimonce::verify::lower_hex(&hash))
 }
 
 /// `SUCCESS` or `FAILED`.
